@@ -1,0 +1,1 @@
+"""The HTTP layer: thin Litestar routes over the database's verbs."""

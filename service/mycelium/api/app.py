@@ -1,0 +1,62 @@
+"""The Litestar application: one hub runtime, thin routes, one error shape."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from litestar import Litestar
+from litestar.di import Provide
+from litestar.openapi import OpenAPIConfig
+
+from mycelium import __version__
+from mycelium.api import errors, health, links, memory, rooms
+from mycelium.api.deps import provide_hub
+from mycelium.hub import Hub, Worker
+from mycelium.indexer import catch_up_vectors
+from mycelium.mirror.follower import follow_changes
+from mycelium.settings import Settings, load_settings
+
+
+def default_workers(settings: Settings) -> list[Worker]:
+    workers: list[Worker] = [catch_up_vectors]
+    if settings.mirror:
+        workers.append(follow_changes)
+    return workers
+
+
+def create_app(
+    settings: Settings | None = None, *, hub: Hub | None = None,
+    on_ready: Callable[[Hub], None] | None = None,
+) -> Litestar:
+    settings = settings or load_settings()
+    hub = hub or Hub(settings, workers=default_workers(settings))
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        await hub.start()
+        app.state.hub = hub
+        if on_ready is not None:
+            on_ready(hub)
+        try:
+            yield
+        finally:
+            await hub.stop()
+
+    handlers: list[Any] = [
+        health.health,
+        rooms.RoomController,
+        memory.MemoryController,
+        memory.HistoryController,
+        *links.ROUTES,
+    ]
+    return Litestar(
+        route_handlers=handlers,
+        dependencies={"hub": Provide(provide_hub)},
+        exception_handlers=errors.HANDLERS,
+        lifespan=[lifespan],
+        request_max_body_size=settings.max_body_bytes,
+        openapi_config=OpenAPIConfig(title="Mycelium hub", version=__version__),
+        debug=False,
+    )

@@ -1,0 +1,40 @@
+"""The asyncpg pool: JSON and vector codecs, and the app role where the server allows it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import msgspec
+from pgvector.asyncpg import register_vector
+
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.decode
+
+
+def _encode_json(value: Any) -> str:
+    return _json_encode(value).decode()
+
+
+async def setup_connection(conn: asyncpg.Connection, role: str | None = None) -> None:
+    """Codecs every hub connection uses; then act as ``role`` if this login may."""
+    for typename in ("json", "jsonb"):
+        await conn.set_type_codec(typename, encoder=_encode_json, decoder=_json_decode, schema="pg_catalog")
+    await register_vector(conn)
+    if role:
+        allowed = await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)"
+            " AND pg_has_role(current_user, $1, 'MEMBER')",
+            role,
+        )
+        if allowed:
+            await conn.execute(f'SET ROLE "{role}"')
+
+
+async def create_pool(dsn: str, *, role: str | None, min_size: int = 2, max_size: int = 20) -> asyncpg.Pool:
+    async def init(conn: asyncpg.Connection) -> None:
+        await setup_connection(conn, role)
+
+    pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=init)
+    assert pool is not None
+    return pool

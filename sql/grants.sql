@@ -1,0 +1,42 @@
+-- Privileges, re-applied at the end of every migration (idempotent).
+--
+--   * every VOLATILE function in schema mycelium (the verbs and the triggers) runs with its owner's
+--     rights and a fixed search_path, so a caller needs no table privileges to use it;
+--   * mycelium_app may read everything and execute every function, and write nothing directly;
+--   * mycelium_auditor may read everything and execute only the functions that cannot write
+--     (STABLE or IMMUTABLE ones).
+
+DO $grants$
+DECLARE
+  f record;
+  have_roles boolean := EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'mycelium_app')
+                    AND EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'mycelium_auditor');
+BEGIN
+  FOR f IN
+    SELECT p.oid::regprocedure AS sig, p.provolatile, p.prokind
+    FROM pg_proc p WHERE p.pronamespace = 'mycelium'::regnamespace AND p.prokind = 'f'
+  LOOP
+    IF f.provolatile = 'v' THEN
+      EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = mycelium, public, pg_temp', f.sig);
+    END IF;
+    EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f.sig);
+    IF have_roles THEN
+      EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO mycelium_app', f.sig);
+      IF f.provolatile <> 'v' THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO mycelium_auditor', f.sig);
+      END IF;
+    END IF;
+  END LOOP;
+
+  REVOKE ALL ON ALL TABLES IN SCHEMA mycelium FROM PUBLIC;
+  IF have_roles THEN
+    GRANT USAGE ON SCHEMA mycelium TO mycelium_app, mycelium_auditor;
+    GRANT SELECT ON ALL TABLES IN SCHEMA mycelium TO mycelium_app, mycelium_auditor;
+    REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON ALL TABLES IN SCHEMA mycelium
+      FROM mycelium_app, mycelium_auditor;
+    IF to_regclass('public.alembic_version') IS NOT NULL THEN
+      GRANT SELECT ON public.alembic_version TO mycelium_app, mycelium_auditor;
+    END IF;
+  END IF;
+END
+$grants$;
