@@ -26,12 +26,12 @@ from mycelium.core.handles import normalize_handle
 MENTION_SIGIL = "@"
 SILENT_SIGIL = "@~"
 
-#: Characters a mention token may follow (besides the start of the text).
-BOUNDARY = r"\s(<"
 #: Characters that continue a handle: a handle followed by one of these is a longer handle.
 HANDLE_CHARS = "[A-Za-z0-9_-]"
 
-_TOKEN_RE = re.compile(r"(?:^|(?<=[\s(<]))@(~?)([A-Za-z0-9][A-Za-z0-9_-]*)")
+#: One mention token: group 1 is ``~`` for a silent mention, group 2 the handle as written.
+TOKEN_PATTERN = r"(?:^|(?<=[\s(<]))@(~?)([A-Za-z0-9][A-Za-z0-9_-]*)"
+_TOKEN_RE = re.compile(TOKEN_PATTERN)
 _MENTIONABLE_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
 
 
