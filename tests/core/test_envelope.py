@@ -261,3 +261,10 @@ def test_only_an_exchange_is_a_turn():
 
 def test_a_blank_handle_is_never_addressed():
     assert not is_addressed_to(reply(), "@orbit", "  ")
+
+
+def test_a_built_envelope_keeps_its_own_copy_of_the_payload():
+    data = {"action": "accept"}
+    envelope = reply(data=data)
+    data["action"] = "reject"
+    assert envelope.data == {"action": "accept"}

@@ -219,6 +219,12 @@ class Envelope:
             )
         if not isinstance(self.data, Mapping):
             raise EnvelopeError("payload data must be an object")
+        if self.groups is not None and not isinstance(self.groups, Mapping):
+            raise EnvelopeError("participant groups must be an object or null")
+        # Hold our own copies, so a caller's later edit cannot change a built envelope.
+        object.__setattr__(self, "data", dict(self.data))
+        if self.groups is not None:
+            object.__setattr__(self, "groups", dict(self.groups))
 
     @property
     def sender_id(self) -> str:
