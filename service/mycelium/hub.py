@@ -92,6 +92,9 @@ class Hub:
         if self.listener is not None:
             await self.listener.stop()
             self.listener = None
+        if self.embedder is not None:
+            with contextlib.suppress(Exception):
+                await self.embedder.aclose()
         if self.pool is not None:
             await self.pool.close()
             self.pool = None

@@ -6,6 +6,7 @@ Values come from the environment (``MYCELIUM_*``, plus the conventional ``DATABA
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -30,6 +31,10 @@ class Settings(BaseSettings):
     port: int = 8000
     api_url: str = "http://127.0.0.1:8000"
     """Where the CLI finds the hub."""
+    room: str | None = None
+    """The CLI's default room (``--room`` overrides)."""
+    handle: str = Field(default_factory=lambda: os.environ.get("USER") or "cli")
+    """Who the CLI writes as (``--as`` overrides)."""
 
     app_role: str = "mycelium_app"
     """The hub connects as this role where the server allows it (verbs and reads only)."""

@@ -43,7 +43,7 @@ async def apply_pending(conn: asyncpg.Connection, root: Path, name: str = FOLLOW
     """Apply every change that is final and after this follower's position; store the new position."""
     result = Applied()
     pos = await conn.fetchrow(q("follower_position"), name)
-    tx, seq = pos["tx"], pos["seq"]
+    tx, seq = int(pos["tx"]), pos["seq"]
     while True:
         rows = await conn.fetch(q("pending_changes"), tx, seq, batch)
         if not rows:
@@ -73,7 +73,7 @@ async def apply_pending(conn: asyncpg.Connection, root: Path, name: str = FOLLOW
                         result.written += 1
                 elif remove_file(root, path):  # deleted again since: follow the row
                     result.removed += 1
-        tx, seq = rows[-1]["tx"], rows[-1]["seq"]
+        tx, seq = int(rows[-1]["tx"]), rows[-1]["seq"]
         await conn.execute(q("advance_follower"), name, tx, seq)
         result.changes += len(rows)
 

@@ -1,0 +1,96 @@
+-- The timeline: one append-only table for a room's channel and every thread in it.
+--
+-- A message's place is its `position`, allocated per room under the room's counter row lock, so
+-- positions are gapless and in commit order inside a room: a reader holding "everything up to N"
+-- can never later find an N-1 that committed late. Every insert (through a verb or a plain INSERT)
+-- gets its position here, and NOTIFY carries only a wake hint (room and position).
+--
+-- Shape of a row = the L9 envelope of contracts/message-envelope.json, in typed columns:
+--   kind/subkind (header), episode (thread URN; the room's own channel is …:<room>:live),
+--   sender (first actor) and sender_role, recipients (the other actors), parents (message ids),
+--   payload_type and payload (payload.type / payload.data), content (the prose).
+-- The conversations feature adds the write gate (floors, frozen rosters), mentions and cursors.
+
+CREATE TABLE mycelium.message_positions (
+  room text PRIMARY KEY REFERENCES mycelium.rooms (name) ON DELETE CASCADE,
+  last bigint NOT NULL DEFAULT 0
+);
+
+CREATE FUNCTION mycelium.live_episode(p_room text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT mycelium.episode_urn(p_room, 'live') $$;
+
+CREATE TABLE mycelium.messages (
+  room text NOT NULL REFERENCES mycelium.rooms (name) ON DELETE CASCADE,
+  position bigint NOT NULL,
+  id uuid NOT NULL DEFAULT gen_random_uuid(),
+  episode text NOT NULL,
+  kind text NOT NULL DEFAULT 'exchange'
+    CHECK (kind IN ('intent', 'contingency', 'exchange', 'commit', 'knowledge')),
+  subkind text,
+  payload_type text NOT NULL DEFAULT 'message'
+    CHECK (payload_type IN ('reply', 'message', 'tick', 'utterance', 'consensus', 'distillation',
+                            'ping', 'notice', 'presence', 'keepalive')),
+  sender text NOT NULL CHECK (btrim(sender) <> ''),
+  sender_role text NOT NULL DEFAULT 'agent' CHECK (sender_role IN ('agent', 'human', 'coordinator')),
+  recipients text[] NOT NULL DEFAULT '{}',
+  parents uuid[] NOT NULL DEFAULT '{}',
+  content text NOT NULL DEFAULT '',
+  payload jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(payload) = 'object'),
+  created_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (room, position),
+  UNIQUE (id),
+  CONSTRAINT message_subkind_valid CHECK (subkind IS NULL OR subkind = '' OR (kind, subkind) IN (
+    ('knowledge', 'distillation'), ('knowledge', 'extraction'), ('knowledge', 'feedback'),
+    ('knowledge', 'query'), ('commit', 'converged'), ('commit', 'rejected'), ('commit', 'resolved'),
+    ('intent', 'coordinator-assignment'), ('intent', 'mission'), ('exchange', 'accept'),
+    ('exchange', 'amend'), ('exchange', 'counter'), ('exchange', 'reject'),
+    ('exchange', 'team-formation'), ('contingency', 'negotiation')))
+);
+CREATE INDEX messages_by_thread ON mycelium.messages (room, episode, position);
+CREATE INDEX messages_by_type ON mycelium.messages (room, payload_type, position);
+
+CREATE FUNCTION mycelium.messages_before_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO mycelium.message_positions AS p (room, last) VALUES (NEW.room, 1)
+  ON CONFLICT (room) DO UPDATE SET last = p.last + 1
+  RETURNING last INTO NEW.position;
+  NEW.created_at := clock_timestamp();
+  NEW.episode := coalesce(nullif(NEW.episode, ''), mycelium.live_episode(NEW.room));
+  RETURN NEW;
+END
+$$;
+CREATE TRIGGER messages_before_insert BEFORE INSERT ON mycelium.messages
+  FOR EACH ROW EXECUTE FUNCTION mycelium.messages_before_insert();
+
+CREATE FUNCTION mycelium.messages_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify('mycelium_messages', NEW.room || ' ' || NEW.position);
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER messages_after_insert AFTER INSERT ON mycelium.messages
+  FOR EACH ROW EXECUTE FUNCTION mycelium.messages_after_insert();
+
+CREATE TRIGGER messages_append_only BEFORE UPDATE OR DELETE ON mycelium.messages
+  FOR EACH ROW EXECUTE FUNCTION mycelium.refuse_history_change();
+CREATE TRIGGER messages_no_truncate BEFORE TRUNCATE ON mycelium.messages
+  FOR EACH STATEMENT EXECUTE FUNCTION mycelium.refuse_truncate();
+
+-- Post a notice into the room's timeline (the board moved). Called by the verbs in the same
+-- transaction as the change, so a notice exists iff its change committed. Notices wake nobody.
+-- p_data carries the subkind's own fields (kind, assignee, by, title, episode, speakers, …).
+CREATE FUNCTION mycelium.post_notice(p_room text, p_subkind text, p_key text, p_data jsonb DEFAULT '{}')
+RETURNS mycelium.messages LANGUAGE plpgsql AS $$
+DECLARE r mycelium.messages;
+BEGIN
+  IF p_subkind NOT IN ('filed', 'claimed', 'released', 'resolved', 'blocked', 'unblocked', 'expired',
+                       'floor') THEN
+    PERFORM mycelium.refuse(422, 'unknown_notice', format('%L is not a notice subkind', p_subkind));
+  END IF;
+  INSERT INTO mycelium.messages (room, episode, kind, payload_type, sender, sender_role, payload)
+  VALUES (p_room, mycelium.live_episode(p_room), 'exchange', 'notice', 'system', 'coordinator',
+          coalesce(p_data, '{}') || jsonb_build_object('subkind', p_subkind, 'key', p_key))
+  RETURNING * INTO r;
+  RETURN r;
+END
+$$;
