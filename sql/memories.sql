@@ -337,7 +337,7 @@ BEGIN
 END
 $$;
 
--- Hybrid search: vector neighbours and full-text matches fused by reciprocal rank; similarity is
+-- Hybrid search: vector neighbours and full-text matches (all terms) fused by reciprocal rank; similarity is
 -- the cosine similarity to the query (NULL for a memory without a vector). With a room filter the
 -- HNSW index is scanned iteratively so the filter never under-fills the result.
 CREATE FUNCTION mycelium.search_memories(
@@ -349,7 +349,9 @@ SET hnsw.iterative_scan = 'relaxed_order' SET hnsw.ef_search = '100'
 AS $$
 DECLARE
   k integer := greatest(p_limit * 4, 40);
-  tsq tsquery := nullif(replace(plainto_tsquery('english', coalesce(p_query, ''))::text, '&', '|'), '')::tsquery;
+  -- every query term must match: full text boosts exact wording, it never drowns the vector ranking
+  -- under one common word
+  tsq tsquery := nullif(plainto_tsquery('english', coalesce(p_query, ''))::text, '')::tsquery;
 BEGIN
   RETURN QUERY
   WITH vec AS MATERIALIZED (

@@ -10,6 +10,7 @@ from litestar.exceptions import (
     ClientException,
     HTTPException,
     NotFoundException,
+    SerializationException,
     ValidationException,
 )
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
@@ -34,8 +35,6 @@ def on_validation(_: Request, exc: ValidationException) -> Response[dict[str, An
         if isinstance(item, dict):
             problems.append({k: item.get(k) for k in ("key", "message", "source") if k in item})
     detail = str(exc.detail or "")
-    if "JSON" in detail or "decode" in detail.lower() or "malformed" in detail.lower():
-        return _json(400, {"error": "malformed_json", "message": "the request body is not valid JSON"})
     summary = "; ".join(
         f"{p.get('key') or 'body'}: {p.get('message')}" for p in problems
     ) or detail or "the request is invalid"
@@ -46,6 +45,9 @@ def on_http(_: Request, exc: HTTPException) -> Response[dict[str, Any]]:
     status = exc.status_code
     if status == 413:
         return _json(413, {"error": "body_too_large", "message": "the request body is over the limit"})
+    if isinstance(exc.__cause__, SerializationException):
+        message = f"the request body is not valid JSON: {exc.detail}"
+        return _json(400, {"error": "malformed_json", "message": message})
     if isinstance(exc, NotFoundException):
         return _json(404, {"error": "not_found", "message": str(exc.detail or "not found")})
     error = "bad_request" if isinstance(exc, ClientException) else "http_error"

