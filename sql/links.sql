@@ -1,19 +1,581 @@
 -- Links between memories: myc:// URIs, [[wikilinks]], ![[transclusions]] and typed relations in
 -- frontmatter, parsed by the database on every write (trigger), so a link index can never drift
 -- from the memories it describes, whoever wrote them.
+--
+--   myc://decisions/db                a URI, bare in prose or as [label](myc://decisions/db)
+--   [[decisions/db]]                  the same edge, shorter
+--   [[decisions/db#trade-offs|why]]   a section anchor and a label
+--   ![[glossary/vector-store]]        transclusion: the target's text pulled in on /links/expand
+--   supersedes: decisions/db-v1       frontmatter relations (supersedes, superseded-by, depends-on,
+--                                     part-of, relates-to): a key, a myc:// URI, or a list of them
+--
+-- What is stored is only what the text says (memory_links, memory_anchors). Whether a link resolves
+-- is decided when it is read (view link_edges), so a target written later resolves the link with no
+-- rewrite of the source. Errors: cross_room, not_found, no_anchor, not_expandable.
+--
+-- One parser, used for both the index and the expansion: the stored `pos` of a transclusion is where
+-- /links/expand splices the target's text in, so what counts as a marker is defined once, here.
+
+-- ---------------------------------------------------------------------------------------------
+-- Derived tables (written only by derive_links; a direct write is refused).
 
 CREATE TABLE mycelium.memory_links (
   room text NOT NULL,
   source_key text NOT NULL,
   ord integer NOT NULL,
-  target text NOT NULL,
+  target text NOT NULL CHECK (target <> ''),
   kind text NOT NULL CHECK (kind IN ('uri', 'wikilink', 'transclusion', 'relation')),
-  anchor text,
+  anchor text CHECK (anchor <> ''),
   label text,
   relation text CHECK (relation IN ('supersedes', 'superseded-by', 'depends-on', 'part-of', 'relates-to')),
   raw text NOT NULL,
   cross_room text,
+  pos integer CHECK (pos >= 1),
   PRIMARY KEY (room, source_key, ord),
-  FOREIGN KEY (room, source_key) REFERENCES mycelium.memories (room, key) ON DELETE CASCADE
+  FOREIGN KEY (room, source_key) REFERENCES mycelium.memories (room, key) ON DELETE CASCADE,
+  CHECK ((kind = 'relation') = (relation IS NOT NULL)),
+  CHECK ((kind = 'relation') = (pos IS NULL))
 );
 CREATE INDEX memory_links_backlinks ON mycelium.memory_links (room, target);
+COMMENT ON TABLE mycelium.memory_links IS
+  'Every link a memory''s text makes, in text order; derived by trigger from memories, never written directly.';
+COMMENT ON COLUMN mycelium.memory_links.pos IS
+  'Where raw starts in the memory''s body (characters, from 1); NULL for frontmatter relations.';
+COMMENT ON COLUMN mycelium.memory_links.cross_room IS
+  'The other room a myc://rooms/<room>/... link names; such a link never resolves here.';
+
+-- The section anchors of a memory (slugs of its headings), for #anchor checks.
+CREATE TABLE mycelium.memory_anchors (
+  room text NOT NULL,
+  key text NOT NULL,
+  anchor text NOT NULL CHECK (anchor <> ''),
+  level smallint NOT NULL CHECK (level BETWEEN 1 AND 6),
+  line integer NOT NULL,
+  PRIMARY KEY (room, key, anchor),
+  FOREIGN KEY (room, key) REFERENCES mycelium.memories (room, key) ON DELETE CASCADE
+);
+
+-- ---------------------------------------------------------------------------------------------
+-- The parser (pure functions: callable from psql to see what a text would link to).
+
+-- A heading or an anchor as a URL fragment, GitHub-style: lower case, punctuation dropped, runs of
+-- spaces become one hyphen ("Trade Offs" -> "trade-offs", "Why? (v2)" -> "why-v2").
+CREATE FUNCTION mycelium.link_slug(p_text text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT btrim(regexp_replace(regexp_replace(lower(btrim(p_text)), '[^[:alnum:][:space:]_-]', '', 'g'),
+                              '[[:space:]]+', '-', 'g'), '-')
+$$;
+
+-- A link target as a memory key: no myc:// scheme, no leading "/" or "./", no trailing ".md" or "/".
+CREATE FUNCTION mycelium.link_key(p_ref text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT regexp_replace(regexp_replace(regexp_replace(regexp_replace(
+           regexp_replace(btrim(p_ref), '^myc://', ''),
+           '^(\./|/)+', ''),
+           '/+$', ''),
+           '\.md$', ''),
+           '/+$', '')
+$$;
+
+-- The text with every code region blanked to spaces (same length, newlines kept), so links and
+-- headings inside code are not seen and every position still points into the original text.
+-- Fences: a line of ``` or ~~~ (3 or more, up to 3 spaces in) opens a block that a line of at least
+-- as many of the same character closes (an unclosed fence runs to the end). Inline code: a run of
+-- N backticks up to the next run of exactly N on the same line.
+CREATE FUNCTION mycelium.link_code_mask(p_body text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+  lines text[];
+  line text;
+  fence text;
+  m text[];
+  i integer;
+  p integer;
+  s integer;
+  c integer;
+  n integer;
+  run text;
+BEGIN
+  IF p_body IS NULL OR (strpos(p_body, '`') = 0 AND strpos(p_body, '~~~') = 0) THEN
+    RETURN p_body;
+  END IF;
+  lines := string_to_array(p_body, E'\n');
+  FOR i IN 1 .. coalesce(array_length(lines, 1), 0) LOOP
+    line := lines[i];
+    IF fence IS NOT NULL THEN
+      lines[i] := repeat(' ', length(line));
+      IF line ~ ('^ {0,3}' || left(fence, 1) || '{' || length(fence) || ',}[ \t\r]*$') THEN
+        fence := NULL;
+      END IF;
+      CONTINUE;
+    END IF;
+    m := regexp_match(line, '^ {0,3}(`{3,}|~{3,})(.*)$');
+    IF m IS NOT NULL AND NOT (left(m[1], 1) = '`' AND strpos(m[2], '`') > 0) THEN
+      fence := m[1];
+      lines[i] := repeat(' ', length(line));
+      CONTINUE;
+    END IF;
+    p := 1;
+    LOOP
+      s := regexp_instr(line, '`+', p);
+      EXIT WHEN s = 0;
+      n := length(regexp_substr(line, '`+', s));
+      c := s + n;
+      LOOP
+        c := regexp_instr(line, '`+', c);
+        EXIT WHEN c = 0;
+        run := regexp_substr(line, '`+', c);
+        EXIT WHEN length(run) = n;
+        c := c + length(run);
+      END LOOP;
+      IF c = 0 THEN
+        p := s + n;  -- no closing run: the backticks are literal
+      ELSE
+        line := overlay(line PLACING repeat(' ', c + n - s) FROM s FOR c + n - s);
+        p := c + n;
+      END IF;
+    END LOOP;
+    lines[i] := line;
+  END LOOP;
+  RETURN array_to_string(lines, E'\n');
+END
+$$;
+
+-- What a link body (the inside of [[...]], a URI, a relation value) points at, or NULL target when
+-- it is not a link: blank, a directive ("[[word: ...]]" - a word, a colon and a space, as in
+-- "[[mycelium: stance=accept]]"), or nothing left after normalising. "key#anchor|label".
+-- myc://rooms/<room>/<key> names another room (cross_room); naming this room is a plain edge.
+CREATE FUNCTION mycelium.link_ref(
+  p_room text, p_ref text,
+  OUT target text, OUT anchor text, OUT label text, OUT cross_room text
+) LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+  inner_text text := btrim(coalesce(p_ref, ''), E' \t\r\n');
+  bar integer;
+  hash integer;
+  m text[];
+BEGIN
+  IF inner_text = '' OR inner_text ~ '^[A-Za-z][A-Za-z0-9_-]*:[[:space:]]' OR inner_text ~* '^mycelium[[:space:]]*:' THEN
+    RETURN;
+  END IF;
+  bar := strpos(inner_text, '|');
+  IF bar > 0 THEN
+    label := nullif(btrim(substr(inner_text, bar + 1)), '');
+    inner_text := left(inner_text, bar - 1);
+  END IF;
+  hash := strpos(inner_text, '#');
+  IF hash > 0 THEN
+    anchor := nullif(mycelium.link_slug(substr(inner_text, hash + 1)), '');
+    inner_text := left(inner_text, hash - 1);
+  END IF;
+  target := nullif(mycelium.link_key(inner_text), '');
+  IF target IS NULL THEN
+    anchor := NULL;
+    label := NULL;
+    RETURN;
+  END IF;
+  m := regexp_match(target, '^rooms/([^/]+)(/(.+))?$');
+  IF m IS NOT NULL THEN
+    IF m[1] = p_room AND m[3] IS NOT NULL THEN
+      target := m[3];
+    ELSE
+      cross_room := m[1];
+    END IF;
+  END IF;
+END
+$$;
+
+-- The one pattern for a link in text, tried left to right (leftmost match wins, so a URI inside a
+-- wikilink or a markdown link is part of that one edge):
+--   ![[...]] or [[...]]            (no brackets or newline inside)
+--   [label](myc://...)
+--   myc://...                      (a bare URI: runs to whitespace or a bracket or quote)
+CREATE FUNCTION mycelium.link_pattern() RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $re$
+  SELECT '!?\[\[[^][\n]*\]\]'
+      || '|\[[^][\n]*\]\(myc://[^()[:space:]]*\)'
+      || '|myc://[^][()<>"''`[:space:]]*'
+$re$;
+
+-- Every link a memory makes, in text order: body links first (pos = where raw starts in the body),
+-- then frontmatter relations. Code (fenced or inline) is never parsed.
+CREATE FUNCTION mycelium.parse_links(p_room text, p_body text, p_meta jsonb DEFAULT '{}')
+RETURNS TABLE (ord integer, target text, kind text, anchor text, label text, relation text,
+               raw text, cross_room text, pos integer)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+  re text := mycelium.link_pattern();
+  masked text;
+  found_text text;
+  ref text;
+  md text[];
+  r record;
+  rel text;
+  v jsonb;
+  p integer := 1;
+  s integer;
+  n integer := 0;
+BEGIN
+  IF p_body IS NOT NULL AND (strpos(p_body, '[[') > 0 OR strpos(p_body, 'myc://') > 0) THEN
+    masked := mycelium.link_code_mask(p_body);
+    LOOP
+      s := regexp_instr(masked, re, p);
+      EXIT WHEN s = 0;
+      found_text := regexp_substr(masked, re, s);
+      p := s + length(found_text);
+      label := NULL;
+      IF starts_with(found_text, '![[') THEN
+        kind := 'transclusion';
+        ref := substr(found_text, 4, length(found_text) - 5);
+      ELSIF starts_with(found_text, '[[') THEN
+        kind := 'wikilink';
+        ref := substr(found_text, 3, length(found_text) - 4);
+      ELSIF starts_with(found_text, '[') THEN
+        kind := 'uri';
+        md := regexp_match(found_text, '^\[(.*)\]\((.*)\)$');
+        ref := md[2];
+        label := nullif(btrim(md[1]), '');
+      ELSE
+        kind := 'uri';
+        found_text := regexp_replace(found_text, '[.,;:!?]+$', '');  -- a sentence ends, the URI too
+        ref := found_text;
+      END IF;
+      IF kind = 'uri' AND ref !~ '^myc://.' THEN
+        CONTINUE;
+      END IF;
+      SELECT * INTO r FROM mycelium.link_ref(p_room, ref);
+      CONTINUE WHEN r.target IS NULL;
+      n := n + 1;
+      ord := n;
+      target := r.target;
+      anchor := r.anchor;
+      label := coalesce(r.label, label);
+      relation := NULL;
+      raw := substr(p_body, s, length(found_text));
+      cross_room := r.cross_room;
+      pos := s;
+      RETURN NEXT;
+    END LOOP;
+  END IF;
+
+  IF p_meta IS NOT NULL AND jsonb_typeof(p_meta) = 'object' THEN
+    FOREACH rel IN ARRAY ARRAY['supersedes', 'superseded-by', 'depends-on', 'part-of', 'relates-to'] LOOP
+      v := p_meta -> rel;
+      CONTINUE WHEN v IS NULL;
+      FOR ref IN
+        SELECT e #>> '{}'
+        FROM jsonb_array_elements(CASE jsonb_typeof(v) WHEN 'array' THEN v ELSE jsonb_build_array(v) END) e
+        WHERE jsonb_typeof(e) = 'string'
+      LOOP
+        SELECT * INTO r FROM mycelium.link_ref(p_room, ref);
+        CONTINUE WHEN r.target IS NULL;
+        n := n + 1;
+        ord := n;
+        kind := 'relation';
+        target := r.target;
+        anchor := r.anchor;
+        label := r.label;
+        relation := rel;
+        raw := rel || ': ' || ref;
+        cross_room := r.cross_room;
+        pos := NULL;
+        RETURN NEXT;
+      END LOOP;
+    END LOOP;
+  END IF;
+END
+$$;
+
+-- The headings of a text outside code, in order: line number, level and anchor slug. A repeated
+-- slug gets "-1", "-2", ... as GitHub does; an empty heading has slug '' (it still ends a section).
+CREATE FUNCTION mycelium.memory_outline(p_body text)
+RETURNS TABLE (line integer, level integer, slug text)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+  lines text[];
+  masked text[];
+  seen text[] := '{}';
+  m text[];
+  heading text;
+  base text;
+  k integer;
+BEGIN
+  IF p_body IS NULL OR strpos(p_body, '#') = 0 THEN
+    RETURN;
+  END IF;
+  lines := string_to_array(p_body, E'\n');
+  masked := string_to_array(mycelium.link_code_mask(p_body), E'\n');
+  FOR i IN 1 .. coalesce(array_length(lines, 1), 0) LOOP
+    m := regexp_match(masked[i], '^ {0,3}(#{1,6})([ \t]|\r?$)');
+    CONTINUE WHEN m IS NULL;
+    heading := regexp_replace(lines[i], '^ {0,3}#{1,6}', '');
+    heading := regexp_replace(heading, '[ \t\r]+$', '');
+    heading := regexp_replace(heading, '(^|[ \t])#+$', '');  -- an optional closing run of #
+    line := i;
+    level := length(m[1]);
+    base := mycelium.link_slug(heading);
+    slug := base;
+    IF base <> '' THEN
+      k := 0;
+      WHILE slug = ANY (seen) LOOP
+        k := k + 1;
+        slug := base || '-' || k;
+      END LOOP;
+      seen := seen || slug;
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END
+$$;
+
+-- The text under a heading: from the line after it up to the next heading of the same or a higher
+-- level, trimmed. NULL anchor: the whole text, trimmed. NULL when there is no such anchor.
+CREATE FUNCTION mycelium.memory_section(p_body text, p_anchor text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+  h record;
+  stop integer;
+  lines text[];
+BEGIN
+  IF p_anchor IS NULL THEN
+    RETURN btrim(p_body, E' \t\r\n');
+  END IF;
+  SELECT o.line, o.level INTO h FROM mycelium.memory_outline(p_body) o WHERE o.slug = p_anchor;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  SELECT min(o.line) INTO stop FROM mycelium.memory_outline(p_body) o WHERE o.line > h.line AND o.level <= h.level;
+  lines := string_to_array(p_body, E'\n');
+  RETURN btrim(array_to_string(lines[h.line + 1 : coalesce(stop - 1, array_length(lines, 1))], E'\n'),
+               E' \t\r\n');
+END
+$$;
+
+-- Transclusion is opt-in on the target: frontmatter expandable: true (the boolean, nothing else).
+CREATE FUNCTION mycelium.is_expandable(p_meta jsonb) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT coalesce(p_meta -> 'expandable' = 'true'::jsonb, false)
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Derivation: the trigger on memories, and a rebuild for when the parser itself changes.
+
+CREATE FUNCTION mycelium.derive_links(p_room text, p_key text, p_body text, p_meta jsonb, p_fresh boolean)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM set_config('mycelium.deriving_links', 'on', true);
+  IF NOT p_fresh THEN
+    DELETE FROM mycelium.memory_links WHERE room = p_room AND source_key = p_key;
+    DELETE FROM mycelium.memory_anchors WHERE room = p_room AND key = p_key;
+  END IF;
+  INSERT INTO mycelium.memory_links (room, source_key, ord, target, kind, anchor, label, relation, raw,
+                                     cross_room, pos)
+  SELECT p_room, p_key, l.ord, l.target, l.kind, l.anchor, l.label, l.relation, l.raw, l.cross_room, l.pos
+  FROM mycelium.parse_links(p_room, p_body, p_meta) l;
+  INSERT INTO mycelium.memory_anchors (room, key, anchor, level, line)
+  SELECT p_room, p_key, o.slug, o.level, o.line
+  FROM mycelium.memory_outline(p_body) o WHERE o.slug <> '';
+  PERFORM set_config('mycelium.deriving_links', '', true);
+END
+$$;
+
+CREATE FUNCTION mycelium.memories_derive_links() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM mycelium.derive_links(NEW.room, NEW.key, NEW.body, NEW.meta, TG_OP = 'INSERT');
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER memories_derive_links_on_insert AFTER INSERT ON mycelium.memories
+  FOR EACH ROW EXECUTE FUNCTION mycelium.memories_derive_links();
+CREATE TRIGGER memories_derive_links_on_update AFTER UPDATE ON mycelium.memories
+  FOR EACH ROW WHEN (OLD.value IS DISTINCT FROM NEW.value OR OLD.meta IS DISTINCT FROM NEW.meta)
+  EXECUTE FUNCTION mycelium.memories_derive_links();
+
+-- The link tables say only what the memories say: a row arrives or leaves through derive_links, or
+-- leaves with its memory (the FK cascade runs after the memory row is gone).
+CREATE FUNCTION mycelium.refuse_link_write() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  source_key text;
+BEGIN
+  IF TG_LEVEL = 'ROW' AND current_setting('mycelium.deriving_links', true) = 'on' THEN
+    IF TG_OP = 'DELETE' THEN
+      RETURN OLD;
+    END IF;
+    RETURN NEW;
+  END IF;
+  IF TG_LEVEL = 'ROW' AND TG_OP = 'DELETE' THEN
+    source_key := to_jsonb(OLD) ->> CASE TG_TABLE_NAME WHEN 'memory_links' THEN 'source_key' ELSE 'key' END;
+    IF NOT EXISTS (SELECT 1 FROM mycelium.memories m WHERE m.room = OLD.room AND m.key = source_key) THEN
+      RETURN OLD;
+    END IF;
+  END IF;
+  PERFORM mycelium.refuse(409, 'derived_table',
+    format('%s is derived from the memories'' text: write the memory instead (%s refused)',
+           TG_TABLE_NAME, TG_OP));
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER memory_links_derived BEFORE INSERT OR UPDATE OR DELETE ON mycelium.memory_links
+  FOR EACH ROW EXECUTE FUNCTION mycelium.refuse_link_write();
+CREATE TRIGGER memory_anchors_derived BEFORE INSERT OR UPDATE OR DELETE ON mycelium.memory_anchors
+  FOR EACH ROW EXECUTE FUNCTION mycelium.refuse_link_write();
+CREATE TRIGGER memory_links_no_truncate BEFORE TRUNCATE ON mycelium.memory_links
+  FOR EACH STATEMENT EXECUTE FUNCTION mycelium.refuse_link_write();
+CREATE TRIGGER memory_anchors_no_truncate BEFORE TRUNCATE ON mycelium.memory_anchors
+  FOR EACH STATEMENT EXECUTE FUNCTION mycelium.refuse_link_write();
+
+-- Re-derive every memory's links (one room, or all): run it after a change to the parser.
+CREATE FUNCTION mycelium.rebuild_links(p_room text DEFAULT NULL) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+  m record;
+  n integer := 0;
+BEGIN
+  FOR m IN SELECT room, key, body, meta FROM mycelium.memories WHERE p_room IS NULL OR room = p_room LOOP
+    PERFORM mycelium.derive_links(m.room, m.key, m.body, m.meta, false);
+    n := n + 1;
+  END LOOP;
+  RETURN n;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Reading: links resolved against the room as it is now.
+
+CREATE VIEW mycelium.link_edges AS
+SELECT l.room, l.source_key, l.ord, l.target, l.kind, l.anchor, l.label, l.relation, l.raw,
+       l.cross_room, l.pos, e.error, e.error IS NULL AS resolved
+FROM mycelium.memory_links l
+LEFT JOIN mycelium.memories t ON t.room = l.room AND t.key = l.target AND l.cross_room IS NULL
+CROSS JOIN LATERAL (
+  SELECT CASE
+    WHEN l.cross_room IS NOT NULL THEN 'cross_room'
+    WHEN t.key IS NULL THEN 'not_found'
+    WHEN l.anchor IS NOT NULL AND NOT EXISTS (
+      SELECT 1 FROM mycelium.memory_anchors a
+      WHERE a.room = l.room AND a.key = l.target AND a.anchor = l.anchor) THEN 'no_anchor'
+    WHEN l.kind = 'transclusion' AND NOT mycelium.is_expandable(t.meta) THEN 'not_expandable'
+  END AS error
+) e;
+COMMENT ON VIEW mycelium.link_edges IS
+  'memory_links resolved now: error is cross_room, not_found, no_anchor, not_expandable or NULL (resolved).';
+
+CREATE FUNCTION mycelium.link_json(e mycelium.link_edges, p_with_source boolean DEFAULT true) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+  SELECT jsonb_build_object('target', e.target, 'kind', e.kind, 'anchor', e.anchor, 'label', e.label,
+                            'relation', e.relation, 'raw', e.raw, 'cross_room', e.cross_room,
+                            'resolved', e.resolved, 'error', e.error)
+         || CASE WHEN p_with_source THEN jsonb_build_object('source', e.source_key) ELSE '{}' END
+$$;
+
+-- One memory's links both ways: what it points at (in text order) and what points at it from
+-- other memories of the room (cross-room links never do).
+CREATE FUNCTION mycelium.memory_links_of(p_room text, p_key text) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  PERFORM mycelium.require_room(p_room);
+  RETURN jsonb_build_object(
+    'key', p_key,
+    'found', EXISTS (SELECT 1 FROM mycelium.memories WHERE room = p_room AND key = p_key),
+    'outbound', coalesce((SELECT jsonb_agg(mycelium.link_json(e, false) ORDER BY e.ord)
+                          FROM mycelium.link_edges e WHERE e.room = p_room AND e.source_key = p_key), '[]'),
+    'backlinks', coalesce((SELECT jsonb_agg(mycelium.link_json(e) ORDER BY e.source_key, e.ord)
+                           FROM mycelium.link_edges e
+                           WHERE e.room = p_room AND e.target = p_key AND e.cross_room IS NULL
+                             AND e.source_key <> p_key), '[]'));
+END
+$$;
+
+-- The room's link graph: a node per memory (outbound = its links that stay in the room, inbound =
+-- resolved links pointing at it), an edge per link.
+CREATE FUNCTION mycelium.link_graph(p_room text) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  PERFORM mycelium.require_room(p_room);
+  RETURN (
+    WITH edges AS MATERIALIZED (SELECT * FROM mycelium.link_edges WHERE room = p_room),
+    outs AS (SELECT source_key AS key, count(*) FILTER (WHERE cross_room IS NULL) AS n
+             FROM edges GROUP BY source_key),
+    ins AS (SELECT target AS key, count(*) AS n FROM edges WHERE resolved GROUP BY target)
+    SELECT jsonb_build_object(
+      'nodes', coalesce((
+        SELECT jsonb_agg(jsonb_build_object('key', m.key, 'expandable', mycelium.is_expandable(m.meta),
+                                            'outbound', coalesce(o.n, 0), 'inbound', coalesce(i.n, 0))
+                         ORDER BY m.key)
+        FROM mycelium.memories m
+        LEFT JOIN outs o ON o.key = m.key LEFT JOIN ins i ON i.key = m.key
+        WHERE m.room = p_room), '[]'),
+      'edges', coalesce((
+        SELECT jsonb_agg(jsonb_build_object('source', e.source_key, 'target', e.target, 'kind', e.kind,
+                                            'anchor', e.anchor, 'relation', e.relation,
+                                            'cross_room', e.cross_room, 'resolved', e.resolved,
+                                            'error', e.error)
+                         ORDER BY e.source_key, e.ord)
+        FROM edges e), '[]'))
+  );
+END
+$$;
+
+-- Broken links, and the memories no resolved link reaches: orphans (nothing in, nothing out),
+-- roots (nothing in, links out) and leaves (links in, nothing out).
+CREATE FUNCTION mycelium.link_integrity(p_room text) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  PERFORM mycelium.require_room(p_room);
+  RETURN (
+    WITH edges AS MATERIALIZED (SELECT * FROM mycelium.link_edges WHERE room = p_room),
+    degree AS (
+      SELECT m.key,
+             EXISTS (SELECT 1 FROM edges e WHERE e.target = m.key AND e.resolved) AS has_in,
+             EXISTS (SELECT 1 FROM edges e WHERE e.source_key = m.key) AS has_out
+      FROM mycelium.memories m WHERE m.room = p_room
+    )
+    SELECT jsonb_build_object(
+      'broken', coalesce((SELECT jsonb_agg(mycelium.link_json(e) ORDER BY e.source_key, e.ord)
+                          FROM edges e WHERE NOT e.resolved), '[]'),
+      'orphans', coalesce((SELECT jsonb_agg(key ORDER BY key) FROM degree WHERE NOT has_in AND NOT has_out), '[]'),
+      'roots', coalesce((SELECT jsonb_agg(key ORDER BY key) FROM degree WHERE NOT has_in AND has_out), '[]'),
+      'leaves', coalesce((SELECT jsonb_agg(key ORDER BY key) FROM degree WHERE has_in AND NOT has_out), '[]'),
+      'total_memories', (SELECT count(*) FROM degree),
+      'total_links', (SELECT count(*) FROM edges))
+  );
+END
+$$;
+
+-- A memory's body with each ![[...]] replaced by the target's text (or the #anchor section of it).
+-- Depth 1: pulled text goes in as it is, markers inside it stay literal, so cycles cannot happen.
+-- A marker that cannot be expanded stays exactly as written and is reported with its error.
+CREATE FUNCTION mycelium.expand_memory(p_room text, p_key text) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  src text;
+  rendered text := '';
+  expansions jsonb := '[]';
+  cur integer := 1;
+  piece text;
+  e record;
+BEGIN
+  PERFORM mycelium.require_room(p_room);
+  SELECT m.body INTO src FROM mycelium.memories m WHERE m.room = p_room AND m.key = p_key;
+  IF NOT FOUND THEN
+    RETURN jsonb_build_object('key', p_key, 'rendered', '', 'expansions', '[]'::jsonb, 'found', false);
+  END IF;
+  FOR e IN
+    SELECT l.*, t.body AS target_body
+    FROM mycelium.link_edges l
+    LEFT JOIN mycelium.memories t ON t.room = l.room AND t.key = l.target AND l.resolved
+    WHERE l.room = p_room AND l.source_key = p_key AND l.kind = 'transclusion'
+    ORDER BY l.pos
+  LOOP
+    rendered := rendered || substr(src, cur, e.pos - cur);
+    piece := CASE WHEN e.resolved THEN mycelium.memory_section(e.target_body, e.anchor) END;
+    rendered := rendered || coalesce(piece, e.raw);
+    expansions := expansions || jsonb_build_object(
+      'target', e.target, 'anchor', e.anchor, 'raw', e.raw, 'expanded', piece IS NOT NULL,
+      'error', CASE WHEN piece IS NULL THEN coalesce(e.error, 'no_anchor') END);
+    cur := e.pos + length(e.raw);
+  END LOOP;
+  rendered := rendered || substr(src, cur);
+  RETURN jsonb_build_object('key', p_key, 'rendered', rendered, 'expansions', expansions, 'found', true);
+END
+$$;

@@ -11,7 +11,7 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
 from mycelium import __version__
-from mycelium.api import errors, health, links, memory, rooms
+from mycelium.api import errors, health, links, memory, rooms, skills
 from mycelium.api.deps import provide_hub
 from mycelium.hub import Hub, Worker
 from mycelium.indexer import catch_up_vectors
@@ -50,6 +50,7 @@ def create_app(
         memory.MemoryController,
         memory.HistoryController,
         *links.ROUTES,
+        skills.SkillController,
     ]
     return Litestar(
         route_handlers=handlers,
