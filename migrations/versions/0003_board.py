@@ -16,10 +16,74 @@ depends_on = None
 
 
 def upgrade() -> None:
-    apply_sql(op, "messages.sql")
+    apply_sql(op, "messages.sql", "board.sql", "assignments.sql")
 
 
 def downgrade() -> None:
+    # the board first (its triggers sit on memories and memory_links, its notices in messages)
+    drop_sql(op, """
+      DROP TRIGGER IF EXISTS board_rows_filed ON mycelium.memories;
+      DROP TRIGGER IF EXISTS board_rows_moved ON mycelium.memories;
+      DROP TRIGGER IF EXISTS board_rows_no_lease_fields ON mycelium.memories;
+      DROP TRIGGER IF EXISTS memory_links_no_dependency_cycle ON mycelium.memory_links;
+      DROP FUNCTION IF EXISTS mycelium.next_lease_expiry();
+      DROP FUNCTION IF EXISTS mycelium.sweep_expired_leases(integer);
+      DROP FUNCTION IF EXISTS mycelium.renew(text, text);
+      DROP FUNCTION IF EXISTS mycelium.resolve(text, text, text);
+      DROP FUNCTION IF EXISTS mycelium.release(text, text, text, text);
+      DROP FUNCTION IF EXISTS mycelium.claim(text, text, text, integer, boolean);
+      DROP FUNCTION IF EXISTS mycelium.lock_lease(text, text);
+      DROP FUNCTION IF EXISTS mycelium.read_assignment(text, text);
+      DROP VIEW IF EXISTS mycelium.board_rows;
+      DROP VIEW IF EXISTS mycelium.lease_states;
+      DROP FUNCTION IF EXISTS mycelium.announce_expiry(mycelium.assignments, text);
+      DROP FUNCTION IF EXISTS mycelium.lease_live(mycelium.assignments);
+      DROP TABLE IF EXISTS mycelium.lease_expiries;
+      DROP TABLE IF EXISTS mycelium.assignments;
+      DROP SEQUENCE IF EXISTS mycelium.claim_ids;
+      DROP FUNCTION IF EXISTS mycelium.assignments_before_write();
+      DROP FUNCTION IF EXISTS mycelium.assignments_after_write();
+      DROP FUNCTION IF EXISTS mycelium.assignments_settled_ins();
+      DROP FUNCTION IF EXISTS mycelium.assignments_settled_upd();
+      DROP FUNCTION IF EXISTS mycelium.assignments_before_delete();
+      DROP FUNCTION IF EXISTS mycelium.waiting_on(text, text);
+      DROP FUNCTION IF EXISTS mycelium.lease_end(timestamptz, integer);
+      DROP FUNCTION IF EXISTS mycelium.create_task(text, text, text, text, text, text);
+      DROP FUNCTION IF EXISTS mycelium.promote_row(text, text, text, text);
+      DROP FUNCTION IF EXISTS mycelium.dismiss_row(text, text, text);
+      DROP FUNCTION IF EXISTS mycelium.unblock_row(text, text, text);
+      DROP FUNCTION IF EXISTS mycelium.block_row(text, text, text, text);
+      DROP FUNCTION IF EXISTS mycelium.require_board_row(text, text);
+      DROP FUNCTION IF EXISTS mycelium.read_fields(text, text);
+      DROP FUNCTION IF EXISTS mycelium.write_fields(text, text, text, jsonb);
+      DROP FUNCTION IF EXISTS mycelium.set_dependency_gate(boolean, text, text);
+      DROP FUNCTION IF EXISTS mycelium.dependency_gate_on(text);
+      DROP FUNCTION IF EXISTS mycelium.board_rows_no_lease_fields();
+      DROP FUNCTION IF EXISTS mycelium.board_rows_moved();
+      DROP FUNCTION IF EXISTS mycelium.board_rows_filed();
+      DROP FUNCTION IF EXISTS mycelium.raise_unblocked(text, text[], text);
+      DROP FUNCTION IF EXISTS mycelium.row_notice(text, text, text, jsonb, jsonb, text, jsonb);
+      DROP FUNCTION IF EXISTS mycelium.memory_links_no_dependency_cycle();
+      DROP FUNCTION IF EXISTS mycelium.row_settled(jsonb, text);
+      DROP VIEW IF EXISTS mycelium.board_dependencies;
+      DROP FUNCTION IF EXISTS mycelium.row_of_episode(text, text);
+      DROP FUNCTION IF EXISTS mycelium.episode_of(text, text);
+      DROP FUNCTION IF EXISTS mycelium.task_slug(text);
+      DROP FUNCTION IF EXISTS mycelium.memory_title(jsonb, jsonb);
+      DROP FUNCTION IF EXISTS mycelium.board_require_handle(text, text);
+      DROP FUNCTION IF EXISTS mycelium.board_handle_problem(text);
+      DROP FUNCTION IF EXISTS mycelium.board_handle(text);
+      DROP FUNCTION IF EXISTS mycelium.board_vocabulary();
+      DROP FUNCTION IF EXISTS mycelium.is_assignable_key(text);
+      DROP FUNCTION IF EXISTS mycelium.is_board_key(text);
+      DROP FUNCTION IF EXISTS mycelium.reserved_lease_fields();
+      DROP FUNCTION IF EXISTS mycelium.settled_statuses();
+      DROP FUNCTION IF EXISTS mycelium.board_priorities();
+      DROP FUNCTION IF EXISTS mycelium.board_kinds();
+      DROP FUNCTION IF EXISTS mycelium.board_statuses();
+      DROP FUNCTION IF EXISTS mycelium.board_namespaces();
+      DELETE FROM mycelium.config WHERE name = 'board.dependency_gate';
+    """)
     drop_sql(op, """
       DROP FUNCTION IF EXISTS mycelium.post_notice(text, text, text, jsonb);
       DROP TABLE IF EXISTS mycelium.messages;

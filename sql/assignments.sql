@@ -1,0 +1,452 @@
+-- Assignments: leases on work/ rows.
+--
+-- Shape: one row per leased work/ row in mycelium.assignments (room, key), referencing the memory.
+-- The table stores only what was written: state (held | released | resolved), owner, claimed_at,
+-- ttl_minutes, the release/resolve note, and claim_id (a fresh number per claim, from a sequence).
+-- Whether a lease is still live (held, expired), its freshness and what the row waits on are
+-- derived from the database clock in the view mycelium.lease_states, never written. A work/ row
+-- without a row here is unclaimed. The lease is not copied into the row's frontmatter (the
+-- frontmatter of a board row refuses the lease fields, see board.sql): lease changes therefore do
+-- not bump the memory's version; they are recorded by their notices in the timeline.
+--
+-- Rules kept by triggers, so a person in psql meets them too:
+--   * only work/ rows are leased (422);
+--   * a live lease is never taken over by someone else: a claim by another handle, or a direct
+--     UPDATE of the owner, is refused (409 naming the holder); the same holder may re-claim;
+--   * an expired lease is never brought back by renewing it (409): it has to be claimed again;
+--   * a live lease is not deleted directly (409): release it;
+--   * every claim, release and resolve raises its notice in the same transaction; the crossing of
+--     an expired lease is announced once (lease_expiries is keyed by claim_id), by the sweeper or
+--     by whichever write ends that lease first.
+
+CREATE SEQUENCE mycelium.claim_ids;
+
+CREATE TABLE mycelium.assignments (
+  room text NOT NULL,
+  key text NOT NULL CONSTRAINT assignment_on_work_row CHECK (mycelium.is_assignable_key(key)),
+  state text NOT NULL CHECK (state IN ('held', 'released', 'resolved')),
+  owner text CHECK (owner ~ '^[a-z0-9][a-z0-9_-]{0,63}$'),
+  claimed_at timestamptz,
+  ttl_minutes integer CHECK (ttl_minutes >= 1),
+  note text,
+  note_by text,
+  claim_id bigint,
+  version integer NOT NULL DEFAULT 1,
+  updated_by text NOT NULL DEFAULT mycelium.actor(),
+  updated_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (room, key),
+  FOREIGN KEY (room, key) REFERENCES mycelium.memories (room, key) ON DELETE CASCADE,
+  CONSTRAINT held_lease_is_complete CHECK (
+    state <> 'held' OR (owner IS NOT NULL AND claimed_at IS NOT NULL AND ttl_minutes IS NOT NULL
+                        AND claim_id IS NOT NULL))
+);
+CREATE INDEX assignments_held_by ON mycelium.assignments (owner) WHERE state = 'held';
+CREATE INDEX assignments_held ON mycelium.assignments (room, claimed_at) WHERE state = 'held';
+
+-- One row per announced expiry: the sweeper and the writers insert here before raising `expired`,
+-- so each lease crossing is announced exactly once, across replicas and restarts.
+CREATE TABLE mycelium.lease_expiries (
+  claim_id bigint PRIMARY KEY,
+  room text NOT NULL REFERENCES mycelium.rooms (name) ON DELETE CASCADE,
+  key text NOT NULL,
+  owner text NOT NULL,
+  expired_at timestamptz NOT NULL,
+  announced_at timestamptz NOT NULL DEFAULT now(),
+  announced_by text NOT NULL
+);
+
+CREATE FUNCTION mycelium.lease_end(p_claimed_at timestamptz, p_ttl_minutes integer) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE AS $$ SELECT p_claimed_at + make_interval(mins => p_ttl_minutes) $$;
+
+-- A held lease is live until claimed_at + ttl (by the database clock).
+CREATE FUNCTION mycelium.lease_live(a mycelium.assignments) RETURNS boolean LANGUAGE sql STABLE AS $$
+  SELECT a.state = 'held' AND a.owner IS NOT NULL AND now() < mycelium.lease_end(a.claimed_at, a.ttl_minutes)
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Derived state.
+
+-- The dependencies a row waits on: existing, unsettled board rows it `depends-on`, in the order
+-- they are written.
+CREATE FUNCTION mycelium.waiting_on(p_room text, p_key text) RETURNS text[] LANGUAGE sql STABLE AS $$
+  SELECT coalesce(array_agg(d.depends_on ORDER BY d.ord, d.depends_on), '{}')
+  FROM mycelium.board_dependencies d
+  JOIN mycelium.memories m ON m.room = d.room AND m.key = d.depends_on
+  LEFT JOIN mycelium.assignments a ON a.room = m.room AND a.key = m.key
+  WHERE d.room = p_room AND d.key = p_key AND mycelium.is_board_key(d.depends_on)
+    AND NOT mycelium.row_settled(m.meta, a.state)
+$$;
+
+-- Every work/ row's lease as readers see it. `assignment` is the derived state: unclaimed,
+-- held, expired, released or resolved; `freshness` is fresh (< half the ttl spent), stale (< all)
+-- or expired; an expired lease's note says so (nothing is written).
+CREATE VIEW mycelium.lease_states AS
+  SELECT m.room, m.key, m.episode, m.version,
+         mycelium.memory_title(m.value, m.meta) AS title,
+         s.assignment,
+         a.state AS stored_state,
+         a.owner, a.claimed_at, a.ttl_minutes,
+         mycelium.lease_end(a.claimed_at, a.ttl_minutes) AS expires_at,
+         CASE WHEN a.claimed_at IS NULL OR a.ttl_minutes IS NULL THEN NULL
+              WHEN now() >= mycelium.lease_end(a.claimed_at, a.ttl_minutes) THEN 'expired'
+              WHEN (now() - a.claimed_at) * 2 < make_interval(mins => a.ttl_minutes) THEN 'fresh'
+              ELSE 'stale' END AS freshness,
+         CASE WHEN s.assignment = 'expired' THEN format('expired — @%s stopped renewing', a.owner)
+              ELSE a.note END AS assignment_note,
+         CASE WHEN s.assignment = 'expired' THEN 'runtime' ELSE a.note_by END AS assignment_note_by,
+         mycelium.waiting_on(m.room, m.key) AS waiting_on,
+         a.claim_id,
+         coalesce(a.version, 0) AS lease_version,
+         m.meta
+  FROM mycelium.memories m
+  LEFT JOIN mycelium.assignments a ON a.room = m.room AND a.key = m.key
+  CROSS JOIN LATERAL (SELECT CASE
+    WHEN a.state IS NULL THEN 'unclaimed'
+    WHEN a.state <> 'held' THEN a.state
+    WHEN a.owner IS NULL THEN 'unclaimed'
+    WHEN now() < mycelium.lease_end(a.claimed_at, a.ttl_minutes) THEN 'held'
+    ELSE 'expired' END AS assignment) s
+  WHERE mycelium.is_assignable_key(m.key);
+
+-- Every board row with what a board shows: status, kind, priority, lease, what it waits on, and
+-- where it needs attention (resolved > in_flight > needs_you).
+CREATE VIEW mycelium.board_rows AS
+  SELECT m.room, m.key, split_part(m.key, '/', 1) AS namespace,
+         mycelium.memory_title(m.value, m.meta) AS title,
+         m.meta ->> 'status' AS status, m.meta ->> 'kind' AS kind, m.meta ->> 'priority' AS priority,
+         m.meta ->> 'assignee' AS assignee, m.meta ->> 'blocked_by' AS blocked_by,
+         m.meta ->> 'part-of' AS parent,
+         m.episode, mycelium.episode_short_id(m.episode) AS short_id,
+         m.version, m.created_by, m.updated_by, m.created_at, m.updated_at,
+         l.assignment, l.owner, l.claimed_at, l.ttl_minutes, l.expires_at, l.freshness,
+         coalesce(l.waiting_on, mycelium.waiting_on(m.room, m.key)) AS waiting_on,
+         CASE WHEN mycelium.row_settled(m.meta, l.stored_state) THEN 'resolved'
+              WHEN m.meta ->> 'status' = 'in_review' OR l.assignment = 'held' THEN 'in_flight'
+              ELSE 'needs_you' END AS attention
+  FROM mycelium.memories m
+  LEFT JOIN mycelium.lease_states l ON l.room = m.room AND l.key = m.key
+  WHERE mycelium.is_board_key(m.key);
+
+-- ---------------------------------------------------------------------------------------------
+-- Guards and notices.
+
+CREATE FUNCTION mycelium.assignments_before_write() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  old_live boolean := TG_OP = 'UPDATE' AND mycelium.lease_live(OLD);
+BEGIN
+  IF NEW.claimed_at > now() + interval '1 second' THEN
+    PERFORM mycelium.refuse(422, 'claimed_in_future', 'a lease cannot be claimed in the future',
+                            jsonb_build_object('key', NEW.key, 'claimed_at', NEW.claimed_at));
+  END IF;
+  IF TG_OP = 'UPDATE' THEN
+    IF (NEW.room, NEW.key) IS DISTINCT FROM (OLD.room, OLD.key) THEN
+      PERFORM mycelium.refuse(409, 'immutable', 'a lease stays on its row: room and key never change',
+                              jsonb_build_object('key', OLD.key));
+    END IF;
+    IF old_live AND NEW.state = 'held' AND NEW.owner IS DISTINCT FROM OLD.owner THEN
+      PERFORM mycelium.refuse(409, 'lease_held', format('%L is held by @%s', OLD.key, OLD.owner),
+        jsonb_build_object('key', OLD.key, 'owner', OLD.owner, 'claimed_at', OLD.claimed_at,
+                           'ttl_minutes', OLD.ttl_minutes));
+    END IF;
+    IF NOT old_live AND OLD.state = 'held' AND NEW.state = 'held' AND NEW.owner = OLD.owner
+       AND NEW.claim_id IS NOT DISTINCT FROM OLD.claim_id
+       AND (NEW.claimed_at, NEW.ttl_minutes) IS DISTINCT FROM (OLD.claimed_at, OLD.ttl_minutes) THEN
+      PERFORM mycelium.refuse(409, 'lease_expired',
+        format('the lease of @%s on %L has expired: claim it again instead of renewing it', OLD.owner, OLD.key),
+        jsonb_build_object('key', OLD.key, 'owner', OLD.owner));
+    END IF;
+    NEW.version := OLD.version + 1;
+    -- someone takes the row: that is a new lease, with its own number
+    IF NEW.state = 'held' AND NEW.claim_id IS NOT DISTINCT FROM OLD.claim_id
+       AND (OLD.state <> 'held' OR NEW.owner IS DISTINCT FROM OLD.owner) THEN
+      NEW.claim_id := nextval('mycelium.claim_ids');
+    END IF;
+  ELSE
+    NEW.version := 1;
+    IF NEW.state = 'held' AND NEW.claim_id IS NULL THEN
+      NEW.claim_id := nextval('mycelium.claim_ids');
+    END IF;
+  END IF;
+  NEW.updated_by := mycelium.actor();
+  NEW.updated_at := now();
+  RETURN NEW;
+END
+$$;
+CREATE TRIGGER assignments_before_write BEFORE INSERT OR UPDATE ON mycelium.assignments
+  FOR EACH ROW EXECUTE FUNCTION mycelium.assignments_before_write();
+
+-- Announce the expiry of lease p (a held lease whose time is up) unless it was announced already.
+CREATE FUNCTION mycelium.announce_expiry(p mycelium.assignments, p_by text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE m mycelium.memories;
+BEGIN
+  INSERT INTO mycelium.lease_expiries (claim_id, room, key, owner, expired_at, announced_by)
+  VALUES (p.claim_id, p.room, p.key, p.owner, mycelium.lease_end(p.claimed_at, p.ttl_minutes), p_by)
+  ON CONFLICT (claim_id) DO NOTHING;
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  SELECT * INTO m FROM mycelium.memories WHERE room = p.room AND key = p.key;
+  PERFORM mycelium.row_notice(p.room, 'expired', p.key, m.value, m.meta, m.episode,
+    jsonb_build_object('by', p.owner, 'claimed_at', p.claimed_at, 'ttl_minutes', p.ttl_minutes));
+  RETURN true;
+END
+$$;
+
+CREATE FUNCTION mycelium.assignments_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  m mycelium.memories;
+  by_handle text := mycelium.actor();
+BEGIN
+  SELECT * INTO m FROM mycelium.memories WHERE room = NEW.room AND key = NEW.key;
+  IF TG_OP = 'UPDATE' AND OLD.state = 'held' AND NOT mycelium.lease_live(OLD)
+     AND (NEW.claim_id IS DISTINCT FROM OLD.claim_id OR NEW.state <> 'held') THEN
+    PERFORM mycelium.announce_expiry(OLD, by_handle);
+  END IF;
+  IF NEW.state = 'held' AND (TG_OP = 'INSERT' OR NEW.claim_id IS DISTINCT FROM OLD.claim_id) THEN
+    PERFORM mycelium.row_notice(NEW.room, 'claimed', NEW.key, m.value, m.meta, m.episode,
+      jsonb_build_object('by', NEW.owner, 'ttl_minutes', NEW.ttl_minutes));
+  ELSIF NEW.state <> 'held' AND (TG_OP = 'INSERT' OR NEW.state <> OLD.state) THEN
+    PERFORM mycelium.row_notice(NEW.room, NEW.state, NEW.key, m.value, m.meta, m.episode,
+      jsonb_build_object('by', coalesce(NEW.note_by, by_handle), 'note', NEW.note));
+  END IF;
+  PERFORM pg_notify('mycelium_board', NEW.room);
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER assignments_after_write AFTER INSERT OR UPDATE ON mycelium.assignments
+  FOR EACH ROW EXECUTE FUNCTION mycelium.assignments_after_write();
+
+-- A resolve settles the row: raise `unblocked` for the dependents (once per statement).
+CREATE FUNCTION mycelium.assignments_settled_ins() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE g record;
+BEGIN
+  FOR g IN
+    SELECT n.room, array_agg(n.key ORDER BY n.key) AS keys, min(coalesce(n.note_by, n.updated_by)) AS actor
+    FROM new_rows n JOIN mycelium.memories m ON m.room = n.room AND m.key = n.key
+    WHERE n.state = 'resolved' AND NOT mycelium.row_settled(m.meta, NULL)
+    GROUP BY n.room
+  LOOP
+    PERFORM mycelium.raise_unblocked(g.room, g.keys, g.actor);
+  END LOOP;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER assignments_settled_ins AFTER INSERT ON mycelium.assignments
+  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mycelium.assignments_settled_ins();
+
+CREATE FUNCTION mycelium.assignments_settled_upd() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE g record;
+BEGIN
+  FOR g IN
+    SELECT n.room, array_agg(n.key ORDER BY n.key) AS keys, min(coalesce(n.note_by, n.updated_by)) AS actor
+    FROM new_rows n
+    JOIN old_rows o ON o.room = n.room AND o.key = n.key
+    JOIN mycelium.memories m ON m.room = n.room AND m.key = n.key
+    WHERE n.state = 'resolved' AND o.state <> 'resolved' AND NOT mycelium.row_settled(m.meta, NULL)
+    GROUP BY n.room
+  LOOP
+    PERFORM mycelium.raise_unblocked(g.room, g.keys, g.actor);
+  END LOOP;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER assignments_settled_upd AFTER UPDATE ON mycelium.assignments
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT
+  EXECUTE FUNCTION mycelium.assignments_settled_upd();
+
+CREATE FUNCTION mycelium.assignments_before_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF mycelium.lease_live(OLD) AND EXISTS (SELECT 1 FROM mycelium.memories WHERE room = OLD.room AND key = OLD.key) THEN
+    PERFORM mycelium.refuse(409, 'lease_held',
+      format('%L is held by @%s: release it rather than deleting the lease', OLD.key, OLD.owner),
+      jsonb_build_object('key', OLD.key, 'owner', OLD.owner));
+  END IF;
+  RETURN OLD;
+END
+$$;
+CREATE TRIGGER assignments_before_delete BEFORE DELETE ON mycelium.assignments
+  FOR EACH ROW EXECUTE FUNCTION mycelium.assignments_before_delete();
+
+-- ---------------------------------------------------------------------------------------------
+-- Verbs.
+
+-- The lease of one work/ row, or the refusal upstream gives: 422 outside work/, 404 if missing.
+CREATE FUNCTION mycelium.read_assignment(p_room text, p_key text) RETURNS mycelium.lease_states
+LANGUAGE plpgsql STABLE AS $$
+DECLARE r mycelium.lease_states;
+BEGIN
+  PERFORM mycelium.require_room(p_room);
+  IF NOT mycelium.is_assignable_key(coalesce(p_key, '')) THEN
+    PERFORM mycelium.refuse(422, 'not_assignable',
+      format('leases live on work/ memories; %L is elsewhere', p_key), jsonb_build_object('key', p_key));
+  END IF;
+  SELECT * INTO r FROM mycelium.lease_states WHERE room = p_room AND key = p_key;
+  IF NOT FOUND THEN
+    PERFORM mycelium.refuse(404, 'memory_not_found', format('no memory %L in this room', p_key),
+                            jsonb_build_object('room', p_room, 'key', p_key));
+  END IF;
+  RETURN r;
+END
+$$;
+
+-- Lock the work/ row (so claimants of one row queue up) and return its current lease, if any.
+CREATE FUNCTION mycelium.lock_lease(p_room text, p_key text, OUT a mycelium.assignments)
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM mycelium.require_room(p_room);
+  IF NOT mycelium.is_assignable_key(coalesce(p_key, '')) THEN
+    PERFORM mycelium.refuse(422, 'not_assignable',
+      format('leases live on work/ memories; %L is elsewhere', p_key), jsonb_build_object('key', p_key));
+  END IF;
+  PERFORM 1 FROM mycelium.memories WHERE room = p_room AND key = p_key FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    PERFORM mycelium.refuse(404, 'memory_not_found', format('no memory %L in this room', p_key),
+                            jsonb_build_object('room', p_room, 'key', p_key));
+  END IF;
+  SELECT * INTO a FROM mycelium.assignments WHERE room = p_room AND key = p_key FOR UPDATE;
+END
+$$;
+
+-- Claim: take the lease for p_ttl_minutes. Someone else's live lease -> 409 naming the holder;
+-- the same holder refreshes; an expired lease is taken over. With the dependency gate on (and no
+-- p_force) a row that still waits on something -> 409 with waiting_on.
+CREATE FUNCTION mycelium.claim(p_room text, p_key text, p_handle text, p_ttl_minutes integer DEFAULT 30,
+                               p_force boolean DEFAULT false)
+RETURNS mycelium.lease_states LANGUAGE plpgsql AS $$
+DECLARE
+  h text := mycelium.board_require_handle(p_handle);
+  a mycelium.assignments;
+  waits text[];
+BEGIN
+  IF p_ttl_minutes IS NULL OR p_ttl_minutes < 1 THEN
+    PERFORM mycelium.refuse(422, 'invalid_ttl', 'ttl_minutes is a whole number of minutes, 1 or more',
+                            jsonb_build_object('key', p_key));
+  END IF;
+  PERFORM set_config('mycelium.actor', h, true);
+  a := mycelium.lock_lease(p_room, p_key);
+  IF a.key IS NOT NULL AND mycelium.lease_live(a) AND a.owner <> h THEN
+    PERFORM mycelium.refuse(409, 'lease_held', format('%L is held by @%s', p_key, a.owner),
+      jsonb_build_object('key', p_key, 'owner', a.owner, 'claimed_at', a.claimed_at,
+                         'ttl_minutes', a.ttl_minutes));
+  END IF;
+  IF NOT coalesce(p_force, false) AND mycelium.dependency_gate_on(p_room) THEN
+    waits := mycelium.waiting_on(p_room, p_key);
+    IF cardinality(waits) > 0 THEN
+      PERFORM mycelium.refuse(409, 'waiting', format('%L waits on %s', p_key, array_to_string(waits, ', ')),
+                              jsonb_build_object('key', p_key, 'waiting_on', to_jsonb(waits)));
+    END IF;
+  END IF;
+  IF a.key IS NULL THEN
+    INSERT INTO mycelium.assignments (room, key, state, owner, claimed_at, ttl_minutes, claim_id)
+    VALUES (p_room, p_key, 'held', h, now(), p_ttl_minutes, nextval('mycelium.claim_ids'));
+  ELSE
+    UPDATE mycelium.assignments
+    SET state = 'held', owner = h, claimed_at = now(), ttl_minutes = p_ttl_minutes, note = NULL,
+        note_by = NULL, claim_id = nextval('mycelium.claim_ids')
+    WHERE room = p_room AND key = p_key;
+  END IF;
+  RETURN mycelium.read_assignment(p_room, p_key);
+END
+$$;
+
+-- Release: the row is free again, with a note (default 'released') and who left it.
+CREATE FUNCTION mycelium.release(p_room text, p_key text, p_handle text, p_note text DEFAULT NULL)
+RETURNS mycelium.lease_states LANGUAGE plpgsql AS $$
+DECLARE
+  h text := mycelium.board_require_handle(p_handle);
+  a mycelium.assignments;
+BEGIN
+  PERFORM set_config('mycelium.actor', h, true);
+  a := mycelium.lock_lease(p_room, p_key);
+  IF a.key IS NULL THEN
+    INSERT INTO mycelium.assignments (room, key, state, note, note_by)
+    VALUES (p_room, p_key, 'released', coalesce(nullif(btrim(p_note), ''), 'released'), h);
+  ELSE
+    UPDATE mycelium.assignments
+    SET state = 'released', owner = NULL, claimed_at = NULL, ttl_minutes = NULL,
+        note = coalesce(nullif(btrim(p_note), ''), 'released'), note_by = h
+    WHERE room = p_room AND key = p_key;
+  END IF;
+  RETURN mycelium.read_assignment(p_room, p_key);
+END
+$$;
+
+-- Resolve: the work is done. Dependents that now wait on nothing get their `unblocked` notice in
+-- this same transaction (trigger).
+CREATE FUNCTION mycelium.resolve(p_room text, p_key text, p_handle text)
+RETURNS mycelium.lease_states LANGUAGE plpgsql AS $$
+DECLARE
+  h text := mycelium.board_require_handle(p_handle);
+  a mycelium.assignments;
+BEGIN
+  PERFORM set_config('mycelium.actor', h, true);
+  a := mycelium.lock_lease(p_room, p_key);
+  IF a.key IS NULL THEN
+    INSERT INTO mycelium.assignments (room, key, state, note, note_by)
+    VALUES (p_room, p_key, 'resolved', format('resolved by @%s', h), h);
+  ELSE
+    UPDATE mycelium.assignments
+    SET state = 'resolved', claimed_at = NULL, ttl_minutes = NULL,
+        note = format('resolved by @%s', h), note_by = h
+    WHERE room = p_room AND key = p_key;
+  END IF;
+  RETURN mycelium.read_assignment(p_room, p_key);
+END
+$$;
+
+-- Renew: refresh every lease p_handle holds in the room that is past half its time and still
+-- live. Fresh leases are left alone (no write); expired ones are not brought back. No notices.
+CREATE FUNCTION mycelium.renew(p_room text, p_handle text)
+RETURNS TABLE (key text, claimed_at timestamptz, ttl_minutes integer) LANGUAGE plpgsql AS $$
+DECLARE h text := mycelium.board_require_handle(p_handle);
+BEGIN
+  PERFORM mycelium.require_room(p_room);
+  PERFORM set_config('mycelium.actor', h, true);
+  RETURN QUERY
+  UPDATE mycelium.assignments a SET claimed_at = now()
+  WHERE a.room = p_room AND a.owner = h AND a.state = 'held'
+    AND now() < mycelium.lease_end(a.claimed_at, a.ttl_minutes)
+    AND (now() - a.claimed_at) * 2 >= make_interval(mins => a.ttl_minutes)
+  RETURNING a.key, a.claimed_at, a.ttl_minutes;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- The sweeper: announce each lease that has run out, once. One sweeper at a time across replicas
+-- (transaction advisory lock: the others return nothing); each announcement is recorded with the
+-- notice in one transaction, so a restart neither repeats nor loses one.
+
+CREATE FUNCTION mycelium.sweep_expired_leases(p_limit integer DEFAULT 500)
+RETURNS TABLE (room text, key text, owner text, claim_id bigint, expired_at timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE a mycelium.assignments;
+BEGIN
+  IF NOT pg_try_advisory_xact_lock(hashtextextended('mycelium.lease-sweep', 0)) THEN
+    RETURN;
+  END IF;
+  FOR a IN
+    SELECT s.* FROM mycelium.assignments s
+    WHERE s.state = 'held' AND now() >= mycelium.lease_end(s.claimed_at, s.ttl_minutes)
+      AND NOT EXISTS (SELECT 1 FROM mycelium.lease_expiries e WHERE e.claim_id = s.claim_id)
+    ORDER BY s.claimed_at
+    LIMIT p_limit
+    FOR UPDATE OF s SKIP LOCKED
+  LOOP
+    IF mycelium.announce_expiry(a, 'runtime') THEN
+      room := a.room; key := a.key; owner := a.owner; claim_id := a.claim_id;
+      expired_at := mycelium.lease_end(a.claimed_at, a.ttl_minutes);
+      RETURN NEXT;
+    END IF;
+  END LOOP;
+END
+$$;
+
+-- Seconds until the next held lease runs out (NULL when none is held), so a sweeper sleeps
+-- exactly as long as it may.
+CREATE FUNCTION mycelium.next_lease_expiry() RETURNS double precision LANGUAGE sql STABLE AS $$
+  SELECT greatest(0, extract(epoch FROM min(mycelium.lease_end(a.claimed_at, a.ttl_minutes)) - now()))::double precision
+  FROM mycelium.assignments a
+  WHERE a.state = 'held'
+    AND NOT EXISTS (SELECT 1 FROM mycelium.lease_expiries e WHERE e.claim_id = a.claim_id)
+$$;
