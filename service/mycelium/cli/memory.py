@@ -1,4 +1,4 @@
-"""``mycelium memory``: set, get, ls, search, rm, history."""
+"""``mycelium memory``: set, get, ls, search, rm, history, links."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from mycelium.cli.common import add_author, add_json, add_room, handle_of, path_
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("memory", help="memories: set, get, ls, search, rm, history")
+    p = sub.add_parser("memory", help="memories: set, get, ls, search, rm, history, links")
     msub = p.add_subparsers(dest="memory_command", metavar="<action>")
     msub.required = True
 
@@ -36,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     g = msub.add_parser("get", help="read a memory")
     g.add_argument("key")
     g.add_argument("--raw", action="store_true", help="print only the body")
+    g.add_argument("--expand", action="store_true",
+                   help="pull in ![[transclusions]] (a marker that cannot be expanded stays as written)")
     add_room(g)
     add_json(g)
     g.set_defaults(func=_get)
@@ -68,6 +70,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_room(h)
     add_json(h)
     h.set_defaults(func=_history)
+
+    lk = msub.add_parser("links", help="what a memory links to, and what links to it")
+    lk.add_argument("key")
+    lk.add_argument("--check", action="store_true", help="exit 1 if any of its own links is broken")
+    add_room(lk)
+    add_json(lk)
+    lk.set_defaults(func=_links)
 
 
 def _parse_meta(pairs: list[str]) -> dict[str, Any]:
@@ -108,10 +117,15 @@ def _set(args: argparse.Namespace) -> int:
 
 def _get(args: argparse.Namespace) -> int:
     m = call("GET", f"/api/rooms/{path_part(room_of(args))}/memory/{path_part(args.key)}")
+    body = m["value"].get("text", yaml.safe_dump(m["value"], sort_keys=False))
+    if args.expand:
+        expanded = _expand(args)
+        body = m["expanded"] = expanded["rendered"]
+        m["expansions"] = expanded["expansions"]
     if args.json:
         print_json(m)
     elif args.raw:
-        print(m["value"].get("text", yaml.safe_dump(m["value"], sort_keys=False)))
+        print(body)
     else:
         print(f"# {m['key']}  (v{m['version']}, by {m['updated_by']}, {m['updated_at']})")
         print(f"thread: {m['episode']}")
@@ -120,8 +134,18 @@ def _get(args: argparse.Namespace) -> int:
         for k, v in m["meta"].items():
             print(f"{k}: {v}")
         print()
-        print(m["value"].get("text", yaml.safe_dump(m["value"], sort_keys=False)))
+        print(body)
     return 0
+
+
+def _expand(args: argparse.Namespace) -> dict[str, Any]:
+    """The body with transclusions pulled in; each one that failed is named on stderr."""
+    expanded: dict[str, Any] = call("GET", f"/api/rooms/{path_part(room_of(args))}/links/expand",
+                                    params={"key": args.key})
+    for e in expanded["expansions"]:
+        if not e["expanded"]:
+            print(f"not expanded: {e['raw']} ({e['error']})", file=sys.stderr)
+    return expanded
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -167,4 +191,33 @@ def _history(args: argparse.Namespace) -> int:
         text = ((v.get("value") or {}).get("text") or "").strip().splitlines()
         first = text[0][:60] if text else ""
         print(f"v{v['version']}  {v['op']:<6}  {v['written_by']}  {v['written_at']}  {first}")
+    return 0
+
+
+def _link_line(link: dict[str, Any], *, source: bool) -> str:
+    where = link["target"] + (f"#{link['anchor']}" if link["anchor"] else "")
+    kind = link["relation"] or link["kind"]
+    state = "ok" if link["resolved"] else link["error"]
+    first = f"{link['source']} -> " if source else ""
+    return f"  {first}{where}  [{kind}]  {state}"
+
+
+def _links(args: argparse.Namespace) -> int:
+    result = call("GET", f"/api/rooms/{path_part(room_of(args))}/links", params={"key": args.key})
+    broken = [link for link in result["outbound"] if not link["resolved"]]
+    if args.json:
+        print_json(result)
+    else:
+        missing = "" if result["found"] else "  (no such memory)"
+        print(f"{result['key']}: {len(result['outbound'])} out, {len(result['backlinks'])} in{missing}")
+        for link in result["outbound"]:
+            print(_link_line(link, source=False))
+        if result["backlinks"]:
+            print("linked from:")
+            for link in result["backlinks"]:
+                print(_link_line(link, source=True))
+    if args.check and broken:
+        for link in broken:
+            print(f"broken: {link['raw']} ({link['error']})", file=sys.stderr)
+        return 1
     return 0
