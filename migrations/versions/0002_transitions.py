@@ -16,8 +16,35 @@ depends_on = None
 
 
 def upgrade() -> None:
-    apply_sql(op)
+    apply_sql(op, "transitions.sql", "receipts.sql")
 
 
 def downgrade() -> None:
-    drop_sql(op, "SELECT 1")
+    drop_sql(op, """
+      DO $drop$
+      DECLARE
+        sigs text[];
+        sig text;
+      BEGIN
+        SELECT array_agg(p.oid::regprocedure::text) INTO sigs FROM pg_proc p
+        WHERE p.pronamespace = 'mycelium'::regnamespace AND p.proname = ANY (ARRAY[
+          'side_effect_class', 'default_retry_permission', 'default_spendability', 'capability_floor',
+          'boundary_rank', 'transition_verb', 'transitions_guard', 'transitions_no_truncate',
+          'transition_state', 'transition_gate', 'claim_action', 'transition_detail', 'transition_lost',
+          'lease_end', 'claim_transition', 'renew_lease', 'advance_boundary', 'record_external_operation',
+          'complete', 'fail', 'mark_outcome', 'mark_unknown', 'mark_blocked', 'repair',
+          'apply_reconcile_result', 'release', 'mark_worker_dead',
+          'receipt_ts', 'receipt_field', 'receipt_preimage', 'receipt_hash', 'receipts_before_insert',
+          'receipts_notify', 'receipts_append_only', 'transitions_receipt', 'register_receipt_key',
+          'retire_receipt_keys', 'unsigned_receipt_batch', 'sign_receipts', 'verify_receipt_chain']);
+        FOREACH sig IN ARRAY coalesce(sigs, '{}') LOOP
+          EXECUTE format('DROP FUNCTION IF EXISTS %s CASCADE', sig);
+        END LOOP;
+      END
+      $drop$;
+      DROP VIEW IF EXISTS mycelium.receipt_export, mycelium.reconciled_transitions,
+        mycelium.hard_blocks_awaiting_human, mycelium.side_effects_per_tool_per_day;
+      DROP TABLE IF EXISTS mycelium.receipts_unsigned, mycelium.receipt_signatures, mycelium.receipt_keys,
+        mycelium.receipt_heads, mycelium.receipts, mycelium.transitions CASCADE;
+      DROP TYPE IF EXISTS mycelium.claim CASCADE;
+    """)
