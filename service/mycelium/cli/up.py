@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import sys
 from pathlib import Path
+from types import FrameType
 
 from mycelium.hub import Hub
 from mycelium.settings import load_settings
@@ -38,6 +38,13 @@ def _announce(hub: Hub, host: str, port: int) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            super().handle_exit(sig, frame)
+            # a stop signal ends the hub after its graceful shutdown, with exit status 0 (uvicorn
+            # would re-raise the signal once shut down)
+            self._captured_signals.clear()
+
     from mycelium.api.app import create_app
 
     settings = load_settings(host=args.host, port=args.port, data_dir=args.data_dir,
@@ -49,9 +56,8 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(settings, on_ready=lambda hub: _announce(hub, settings.host, settings.port))
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
                             lifespan="on", access_log=False)
-    server = uvicorn.Server(config)
-    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the signal after a clean stop
-        server.run()
+    server = Server(config)
+    server.run()
     return 0 if server.started else 1
 
 
