@@ -3,7 +3,14 @@ read (backlinks, graph, integrity); transclusion expands depth 1 into expandable
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
+
 import asyncpg
+import httpx
 import pytest
 
 from mycelium.db.pool import setup_connection
@@ -376,3 +383,51 @@ async def test_the_auditor_can_read_every_link_view_but_write_nothing(client, ro
         async with admin_conn.transaction():
             await admin_conn.execute("SET LOCAL ROLE mycelium_auditor")
             await admin_conn.execute("SELECT mycelium.rebuild_links()")
+
+
+# -- the CLI, against a real hub process ------------------------------------------------------------
+
+@pytest.mark.slow
+def test_the_cli_shows_links_checks_them_and_expands_a_memory(db_dsn, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MYCELIUM_EMBEDDER": "none", "MYCELIUM_API_URL": f"http://127.0.0.1:{port}",
+           "MYCELIUM_ROOM": "r", "MYCELIUM_HANDLE": "cli-test"}
+    hub = subprocess.Popen(
+        [sys.executable, "-m", "mycelium.cli.main", "up", "--database-url", db_dsn, "--port", str(port),
+         "--no-mirror", "--data-dir", str(tmp_path), "--log-level", "warning"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "mycelium.cli.main", *args], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    try:
+        for _ in range(600):
+            assert hub.poll() is None, hub.stderr.read().decode() if hub.stderr else "hub exited"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        assert cli("room", "create", "r").returncode == 0
+        assert cli("memory", "set", "g", "# G\n## Part\npulled in", "--expandable").returncode == 0
+        assert cli("memory", "set", "a", "see ![[g#Part]] and [[missing]]").returncode == 0
+
+        shown = cli("memory", "links", "g")
+        assert shown.returncode == 0, shown.stderr
+        assert "a -> g#part  [transclusion]  ok" in shown.stdout
+
+        checked = cli("memory", "links", "a", "--check")
+        assert checked.returncode == 1
+        assert "broken: [[missing]] (not_found)" in checked.stderr
+
+        expanded = cli("memory", "get", "a", "--expand", "--raw")
+        assert expanded.returncode == 0, expanded.stderr
+        assert expanded.stdout.strip() == "see pulled in and [[missing]]"
+    finally:
+        hub.terminate()
+        hub.wait(timeout=30)
