@@ -58,6 +58,10 @@ class Settings(BaseSettings):
 
     migrate_on_start: bool = True
 
+    board_dependency_gate: bool | None = None
+    """When set, the hub writes it at start as the hub-wide ``board.dependency_gate`` (the setting
+    itself lives in the database, so every replica obeys the same one; a room may override it)."""
+
     def resolved_data_dir(self) -> Path:
         return self.data_dir.expanduser().resolve()
 

@@ -11,8 +11,10 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
 from mycelium import __version__
-from mycelium.api import errors, health, links, memory, rooms, skills
+from mycelium.api import assignments, board, errors, fields, health, links, memory, rooms, skills, tasks
+from mycelium.api.conversations import CONVERSATION_ROUTES
 from mycelium.api.deps import provide_hub
+from mycelium.board.sweeper import apply_board_settings, sweep_leases
 from mycelium.hub import Hub, Worker
 from mycelium.indexer import catch_up_vectors
 from mycelium.mirror.follower import follow_changes
@@ -20,7 +22,7 @@ from mycelium.settings import Settings, load_settings
 
 
 def default_workers(settings: Settings) -> list[Worker]:
-    workers: list[Worker] = [catch_up_vectors]
+    workers: list[Worker] = [catch_up_vectors, sweep_leases, apply_board_settings]
     if settings.mirror:
         workers.append(follow_changes)
     return workers
@@ -51,6 +53,8 @@ def create_app(
         memory.HistoryController,
         *links.ROUTES,
         skills.SkillController,
+        tasks.TaskController, assignments.AssignmentController, fields.FieldsController, *board.ROUTES,
+        *CONVERSATION_ROUTES,
     ]
     return Litestar(
         route_handlers=handlers,
