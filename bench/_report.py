@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def machine() -> str:
     cpus = os.cpu_count()
     try:
-        mem_kb = int(next(line for line in open("/proc/meminfo") if line.startswith("MemTotal")).split()[1])
+        meminfo = Path("/proc/meminfo").read_text().splitlines()
+        mem_kb = int(next(line for line in meminfo if line.startswith("MemTotal")).split()[1])
         mem = f"{mem_kb / 1024 / 1024:.0f} GiB"
     except (OSError, StopIteration, ValueError):
         mem = "? GiB"

@@ -28,12 +28,11 @@ import asyncpg
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine, stamp, table, write_section  # noqa: E402
-
-from mycelium.db import migrate  # noqa: E402
-from mycelium.db.embedded import EmbeddedPostgres  # noqa: E402
-from mycelium.db.pool import setup_connection  # noqa: E402
-from mycelium.embed import make_embedder  # noqa: E402
+from _report import machine, stamp, table, write_section
+from mycelium.db import migrate
+from mycelium.db.embedded import EmbeddedPostgres
+from mycelium.db.pool import setup_connection
+from mycelium.embed import make_embedder
 
 SUBJECTS = ["the billing service", "our onboarding flow", "the search index", "the mobile app", "payroll",
             "the data pipeline", "customer support", "the release train", "the design system", "security review",

@@ -1,0 +1,82 @@
+"""The CLI end to end: a real hub process, the `mycelium` command as a user types it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.processes import HubProcess
+
+
+@pytest.fixture
+def hub_url(db_dsn, tmp_path):
+    hub = HubProcess(data_dir=tmp_path / "data", database_url=db_dsn)
+    hub.wait_ready()
+    yield hub.url
+    hub.stop()
+
+
+def cli(url, *args, ok=True, stdin=None):
+    env = {**os.environ, "MYCELIUM_API_URL": url, "MYCELIUM_HANDLE": "ana"}
+    out = subprocess.run([sys.executable, "-m", "mycelium.cli.main", *args], capture_output=True, text=True,
+                         env=env, input=stdin, timeout=60)
+    if ok:
+        assert out.returncode == 0, out.stderr
+    return out
+
+
+def test_rooms_and_memories_from_the_command_line(hub_url, tmp_path):
+    cli(hub_url, "room", "create", "atlas", "--title", "Atlas")
+    assert "atlas  Atlas" in cli(hub_url, "room", "ls").stdout
+    out = cli(hub_url, "memory", "set", "-r", "atlas", "notes/cat", "The cat sat on the mat",
+              "-m", "status=draft", "-t", "pets,home")
+    assert "notes/cat v1" in out.stdout
+    cli(hub_url, "memory", "set", "-r", "atlas", "notes/cash", "-f", "-", stdin="Revenue rose five percent.")
+    got = json.loads(cli(hub_url, "memory", "get", "-r", "atlas", "notes/cat", "--json").stdout)
+    assert got["meta"] == {"status": "draft"} and got["tags"] == ["pets", "home"]
+    assert cli(hub_url, "memory", "get", "-r", "atlas", "notes/cat", "--raw").stdout.strip() == \
+        "The cat sat on the mat"
+    hits = json.loads(cli(hub_url, "memory", "search", "-r", "atlas", "cat mat", "--json").stdout)
+    assert hits["results"][0]["memory"]["key"] == "notes/cat"
+    listing = cli(hub_url, "memory", "ls", "-r", "atlas", "notes/").stdout.splitlines()
+    assert len(listing) == 2
+    stale = cli(hub_url, "memory", "set", "-r", "atlas", "notes/cat", "x", "--base-version", "7", ok=False)
+    assert stale.returncode == 1 and "409 stale_base" in stale.stderr
+    cli(hub_url, "memory", "rm", "-r", "atlas", "notes/cat")
+    history = cli(hub_url, "memory", "history", "-r", "atlas", "notes/cat").stdout.splitlines()
+    assert [line.split()[:2] for line in history] == [["v1", "write"], ["v1", "delete"]]
+    missing = cli(hub_url, "memory", "get", "-r", "atlas", "notes/cat", ok=False)
+    assert missing.returncode == 1 and "404" in missing.stderr
+    cli(hub_url, "room", "rm", "atlas")
+    assert cli(hub_url, "room", "ls").stdout.strip() == ""
+
+
+def test_an_unreachable_hub_is_a_one_line_error(tmp_path):
+    out = cli("http://127.0.0.1:9", "room", "ls", ok=False)
+    assert out.returncode == 1 and "cannot reach the hub" in out.stderr
+
+
+def test_hand_edited_files_import_back_through_the_upsert(hub_url, tmp_path):
+    cli(hub_url, "room", "create", "atlas")
+    cli(hub_url, "memory", "set", "-r", "atlas", "notes/a", "original")
+    folder = tmp_path / "import" / "atlas"
+    (folder / "notes").mkdir(parents=True)
+    (folder / "notes" / "a.md").write_text("---\nkey: notes/a\nversion: 1\nstatus: edited\ntags: [x]\n---\nedited body\n")
+    (folder / "notes" / "b.md").write_text("just a body, no frontmatter\n")
+    (folder / "bad.md").write_text("---\nkey: [unclosed\n---\nx\n")
+    out = cli(hub_url, "mirror", "import", str(tmp_path / "import"), ok=False)
+    assert out.returncode == 1  # one file refused, and said so
+    assert "imported 2 of 3" in out.stdout and "bad" in out.stdout
+    a = json.loads(cli(hub_url, "memory", "get", "-r", "atlas", "notes/a", "--json").stdout)
+    assert a["version"] == 2 and a["value"]["text"] == "edited body" and a["meta"] == {"status": "edited"}
+    assert a["tags"] == ["x"]
+    b = json.loads(cli(hub_url, "memory", "get", "-r", "atlas", "notes/b", "--json").stdout)
+    assert b["value"]["text"] == "just a body, no frontmatter"
+    (folder / "bad.md").unlink()
+    stale = cli(hub_url, "mirror", "import", str(tmp_path / "import"), ok=False)  # notes/a moved on to v2
+    assert "stale_base" in stale.stdout
+    cli(hub_url, "mirror", "import", str(tmp_path / "import"), "--force")
