@@ -1,0 +1,1 @@
+"""The transition ledger SDK: a tool call's side effect happens once, decided by the hub's database."""
