@@ -55,12 +55,12 @@ CREATE TABLE mycelium.lease_expiries (
   announced_by text NOT NULL
 );
 
-CREATE FUNCTION mycelium.lease_end(p_claimed_at timestamptz, p_ttl_minutes integer) RETURNS timestamptz
+CREATE FUNCTION mycelium.task_lease_end(p_claimed_at timestamptz, p_ttl_minutes integer) RETURNS timestamptz
 LANGUAGE sql IMMUTABLE AS $$ SELECT p_claimed_at + make_interval(mins => p_ttl_minutes) $$;
 
 -- A held lease is live until claimed_at + ttl (by the database clock).
-CREATE FUNCTION mycelium.lease_live(a mycelium.assignments) RETURNS boolean LANGUAGE sql STABLE AS $$
-  SELECT a.state = 'held' AND a.owner IS NOT NULL AND now() < mycelium.lease_end(a.claimed_at, a.ttl_minutes)
+CREATE FUNCTION mycelium.task_lease_live(a mycelium.assignments) RETURNS boolean LANGUAGE sql STABLE AS $$
+  SELECT a.state = 'held' AND a.owner IS NOT NULL AND now() < mycelium.task_lease_end(a.claimed_at, a.ttl_minutes)
 $$;
 
 -- ---------------------------------------------------------------------------------------------
@@ -86,9 +86,9 @@ CREATE VIEW mycelium.lease_states AS
          s.assignment,
          a.state AS stored_state,
          a.owner, a.claimed_at, a.ttl_minutes,
-         mycelium.lease_end(a.claimed_at, a.ttl_minutes) AS expires_at,
+         mycelium.task_lease_end(a.claimed_at, a.ttl_minutes) AS expires_at,
          CASE WHEN a.claimed_at IS NULL OR a.ttl_minutes IS NULL THEN NULL
-              WHEN now() >= mycelium.lease_end(a.claimed_at, a.ttl_minutes) THEN 'expired'
+              WHEN now() >= mycelium.task_lease_end(a.claimed_at, a.ttl_minutes) THEN 'expired'
               WHEN (now() - a.claimed_at) * 2 < make_interval(mins => a.ttl_minutes) THEN 'fresh'
               ELSE 'stale' END AS freshness,
          CASE WHEN s.assignment = 'expired' THEN format('expired — @%s stopped renewing', a.owner)
@@ -104,7 +104,7 @@ CREATE VIEW mycelium.lease_states AS
     WHEN a.state IS NULL THEN 'unclaimed'
     WHEN a.state <> 'held' THEN a.state
     WHEN a.owner IS NULL THEN 'unclaimed'
-    WHEN now() < mycelium.lease_end(a.claimed_at, a.ttl_minutes) THEN 'held'
+    WHEN now() < mycelium.task_lease_end(a.claimed_at, a.ttl_minutes) THEN 'held'
     ELSE 'expired' END AS assignment) s
   WHERE mycelium.is_assignable_key(m.key);
 
@@ -132,7 +132,7 @@ CREATE VIEW mycelium.board_rows AS
 
 CREATE FUNCTION mycelium.assignments_before_write() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-  old_live boolean := TG_OP = 'UPDATE' AND mycelium.lease_live(OLD);
+  old_live boolean := TG_OP = 'UPDATE' AND mycelium.task_lease_live(OLD);
 BEGIN
   IF NEW.claimed_at > now() + interval '1 second' THEN
     PERFORM mycelium.refuse(422, 'claimed_in_future', 'a lease cannot be claimed in the future',
@@ -181,7 +181,7 @@ LANGUAGE plpgsql AS $$
 DECLARE m mycelium.memories;
 BEGIN
   INSERT INTO mycelium.lease_expiries (claim_id, room, key, owner, expired_at, announced_by)
-  VALUES (p.claim_id, p.room, p.key, p.owner, mycelium.lease_end(p.claimed_at, p.ttl_minutes), p_by)
+  VALUES (p.claim_id, p.room, p.key, p.owner, mycelium.task_lease_end(p.claimed_at, p.ttl_minutes), p_by)
   ON CONFLICT (claim_id) DO NOTHING;
   IF NOT FOUND THEN
     RETURN false;
@@ -199,7 +199,7 @@ DECLARE
   by_handle text := mycelium.actor();
 BEGIN
   SELECT * INTO m FROM mycelium.memories WHERE room = NEW.room AND key = NEW.key;
-  IF TG_OP = 'UPDATE' AND OLD.state = 'held' AND NOT mycelium.lease_live(OLD)
+  IF TG_OP = 'UPDATE' AND OLD.state = 'held' AND NOT mycelium.task_lease_live(OLD)
      AND (NEW.claim_id IS DISTINCT FROM OLD.claim_id OR NEW.state <> 'held') THEN
     PERFORM mycelium.announce_expiry(OLD, by_handle);
   END IF;
@@ -257,7 +257,7 @@ CREATE TRIGGER assignments_settled_upd AFTER UPDATE ON mycelium.assignments
 
 CREATE FUNCTION mycelium.assignments_before_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  IF mycelium.lease_live(OLD) AND EXISTS (SELECT 1 FROM mycelium.memories WHERE room = OLD.room AND key = OLD.key) THEN
+  IF mycelium.task_lease_live(OLD) AND EXISTS (SELECT 1 FROM mycelium.memories WHERE room = OLD.room AND key = OLD.key) THEN
     PERFORM mycelium.refuse(409, 'lease_held',
       format('%L is held by @%s: release it rather than deleting the lease', OLD.key, OLD.owner),
       jsonb_build_object('key', OLD.key, 'owner', OLD.owner));
@@ -291,7 +291,7 @@ END
 $$;
 
 -- Lock the work/ row (so claimants of one row queue up) and return its current lease, if any.
-CREATE FUNCTION mycelium.lock_lease(p_room text, p_key text, OUT a mycelium.assignments)
+CREATE FUNCTION mycelium.lock_task_lease(p_room text, p_key text, OUT a mycelium.assignments)
 LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM mycelium.require_room(p_room);
@@ -311,7 +311,7 @@ $$;
 -- Claim: take the lease for p_ttl_minutes. Someone else's live lease -> 409 naming the holder;
 -- the same holder refreshes; an expired lease is taken over. With the dependency gate on (and no
 -- p_force) a row that still waits on something -> 409 with waiting_on.
-CREATE FUNCTION mycelium.claim(p_room text, p_key text, p_handle text, p_ttl_minutes integer DEFAULT 30,
+CREATE FUNCTION mycelium.claim_task(p_room text, p_key text, p_handle text, p_ttl_minutes integer DEFAULT 30,
                                p_force boolean DEFAULT false)
 RETURNS mycelium.lease_states LANGUAGE plpgsql AS $$
 DECLARE
@@ -324,8 +324,8 @@ BEGIN
                             jsonb_build_object('key', p_key));
   END IF;
   PERFORM set_config('mycelium.actor', h, true);
-  a := mycelium.lock_lease(p_room, p_key);
-  IF a.key IS NOT NULL AND mycelium.lease_live(a) AND a.owner <> h THEN
+  a := mycelium.lock_task_lease(p_room, p_key);
+  IF a.key IS NOT NULL AND mycelium.task_lease_live(a) AND a.owner <> h THEN
     PERFORM mycelium.refuse(409, 'lease_held', format('%L is held by @%s', p_key, a.owner),
       jsonb_build_object('key', p_key, 'owner', a.owner, 'claimed_at', a.claimed_at,
                          'ttl_minutes', a.ttl_minutes));
@@ -351,14 +351,14 @@ END
 $$;
 
 -- Release: the row is free again, with a note (default 'released') and who left it.
-CREATE FUNCTION mycelium.release(p_room text, p_key text, p_handle text, p_note text DEFAULT NULL)
+CREATE FUNCTION mycelium.release_task(p_room text, p_key text, p_handle text, p_note text DEFAULT NULL)
 RETURNS mycelium.lease_states LANGUAGE plpgsql AS $$
 DECLARE
   h text := mycelium.board_require_handle(p_handle);
   a mycelium.assignments;
 BEGIN
   PERFORM set_config('mycelium.actor', h, true);
-  a := mycelium.lock_lease(p_room, p_key);
+  a := mycelium.lock_task_lease(p_room, p_key);
   IF a.key IS NULL THEN
     INSERT INTO mycelium.assignments (room, key, state, note, note_by)
     VALUES (p_room, p_key, 'released', coalesce(nullif(btrim(p_note), ''), 'released'), h);
@@ -374,14 +374,14 @@ $$;
 
 -- Resolve: the work is done. Dependents that now wait on nothing get their `unblocked` notice in
 -- this same transaction (trigger).
-CREATE FUNCTION mycelium.resolve(p_room text, p_key text, p_handle text)
+CREATE FUNCTION mycelium.resolve_task(p_room text, p_key text, p_handle text)
 RETURNS mycelium.lease_states LANGUAGE plpgsql AS $$
 DECLARE
   h text := mycelium.board_require_handle(p_handle);
   a mycelium.assignments;
 BEGIN
   PERFORM set_config('mycelium.actor', h, true);
-  a := mycelium.lock_lease(p_room, p_key);
+  a := mycelium.lock_task_lease(p_room, p_key);
   IF a.key IS NULL THEN
     INSERT INTO mycelium.assignments (room, key, state, note, note_by)
     VALUES (p_room, p_key, 'resolved', format('resolved by @%s', h), h);
@@ -397,7 +397,7 @@ $$;
 
 -- Renew: refresh every lease p_handle holds in the room that is past half its time and still
 -- live. Fresh leases are left alone (no write); expired ones are not brought back. No notices.
-CREATE FUNCTION mycelium.renew(p_room text, p_handle text)
+CREATE FUNCTION mycelium.renew_tasks(p_room text, p_handle text)
 RETURNS TABLE (key text, claimed_at timestamptz, ttl_minutes integer) LANGUAGE plpgsql AS $$
 DECLARE h text := mycelium.board_require_handle(p_handle);
 BEGIN
@@ -406,7 +406,7 @@ BEGIN
   RETURN QUERY
   UPDATE mycelium.assignments a SET claimed_at = now()
   WHERE a.room = p_room AND a.owner = h AND a.state = 'held'
-    AND now() < mycelium.lease_end(a.claimed_at, a.ttl_minutes)
+    AND now() < mycelium.task_lease_end(a.claimed_at, a.ttl_minutes)
     AND (now() - a.claimed_at) * 2 >= make_interval(mins => a.ttl_minutes)
   RETURNING a.key, a.claimed_at, a.ttl_minutes;
 END
@@ -427,7 +427,7 @@ BEGIN
   END IF;
   FOR a IN
     SELECT s.* FROM mycelium.assignments s
-    WHERE s.state = 'held' AND now() >= mycelium.lease_end(s.claimed_at, s.ttl_minutes)
+    WHERE s.state = 'held' AND now() >= mycelium.task_lease_end(s.claimed_at, s.ttl_minutes)
       AND NOT EXISTS (SELECT 1 FROM mycelium.lease_expiries e WHERE e.claim_id = s.claim_id)
     ORDER BY s.claimed_at
     LIMIT p_limit
@@ -435,7 +435,7 @@ BEGIN
   LOOP
     IF mycelium.announce_expiry(a, 'runtime') THEN
       room := a.room; key := a.key; owner := a.owner; claim_id := a.claim_id;
-      expired_at := mycelium.lease_end(a.claimed_at, a.ttl_minutes);
+      expired_at := mycelium.task_lease_end(a.claimed_at, a.ttl_minutes);
       RETURN NEXT;
     END IF;
   END LOOP;
@@ -445,7 +445,7 @@ $$;
 -- Seconds until the next held lease runs out (NULL when none is held), so a sweeper sleeps
 -- exactly as long as it may.
 CREATE FUNCTION mycelium.next_lease_expiry() RETURNS double precision LANGUAGE sql STABLE AS $$
-  SELECT greatest(0, extract(epoch FROM min(mycelium.lease_end(a.claimed_at, a.ttl_minutes)) - now()))::double precision
+  SELECT greatest(0, extract(epoch FROM min(mycelium.task_lease_end(a.claimed_at, a.ttl_minutes)) - now()))::double precision
   FROM mycelium.assignments a
   WHERE a.state = 'held'
     AND NOT EXISTS (SELECT 1 FROM mycelium.lease_expiries e WHERE e.claim_id = a.claim_id)

@@ -28,16 +28,16 @@ FROM mycelium.read_assignment($1, $2)
 
 -- name: claim
 -- $1 room, $2 key, $3 handle, $4 ttl minutes, $5 force
-SELECT * FROM mycelium.claim($1, $2, $3, $4, $5)
+SELECT * FROM mycelium.claim_task($1, $2, $3, $4, $5)
 
 -- name: release
-SELECT * FROM mycelium.release($1, $2, $3, $4)
+SELECT * FROM mycelium.release_task($1, $2, $3, $4)
 
 -- name: resolve
-SELECT * FROM mycelium.resolve($1, $2, $3)
+SELECT * FROM mycelium.resolve_task($1, $2, $3)
 
 -- name: renew
-SELECT * FROM mycelium.renew($1, $2) ORDER BY key
+SELECT * FROM mycelium.renew_tasks($1, $2) ORDER BY key
 
 -- name: write_fields
 -- $1 room, $2 key, $3 by, $4 fields (jsonb)

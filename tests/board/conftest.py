@@ -60,3 +60,26 @@ async def refusal(conn: asyncpg.Connection, sql: str, *args: Any) -> tuple[int, 
 
 async def episode(conn: asyncpg.Connection, key: str, room: str = ROOM) -> str:
     return await conn.fetchval("SELECT mycelium.episode_of($1, $2)", room, key)
+
+
+def later(dsn: str, delay: float, sql: str, *args: Any) -> Any:
+    """Run ``sql`` on its own connection from another thread after ``delay`` seconds (the in-process
+    test client blocks the test's event loop while a request runs). Returns the thread to join."""
+    import asyncio
+    import threading
+    import time
+
+    def run() -> None:
+        async def go() -> None:
+            conn = await asyncpg.connect(dsn)
+            try:
+                await conn.execute(sql, *args)
+            finally:
+                await conn.close()
+
+        time.sleep(delay)
+        asyncio.run(go())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread

@@ -126,8 +126,8 @@ async def test_the_board_lists_rows_by_attention_and_finds_one_by_key_or_thread_
     a = await task(admin_conn, "Alpha")
     b = await task(admin_conn, "Beta")
     c = await task(admin_conn, "Gamma")
-    await admin_conn.execute("SELECT 1 FROM mycelium.claim($1, $2, 'bob')", room, b)
-    await admin_conn.execute("SELECT 1 FROM mycelium.resolve($1, $2, 'bob')", room, c)
+    await admin_conn.execute("SELECT 1 FROM mycelium.claim_task($1, $2, 'bob')", room, b)
+    await admin_conn.execute("SELECT 1 FROM mycelium.resolve_task($1, $2, 'bob')", room, c)
     await admin_conn.execute(
         "SELECT 1 FROM mycelium.write_memory($1, 'context/note', '\"not a row\"', 'ana')", room)
     everything = (await client.get(f"/api/rooms/{room}/tasks")).json()
