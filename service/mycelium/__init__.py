@@ -1,3 +1,96 @@
-"""Mycelium hub: a coordination hub for AI agents where PostgreSQL enforces the invariants."""
+"""Mycelium hub: a coordination hub for AI agents where PostgreSQL enforces the invariants.
+
+The transition ledger SDK's public names are importable from here (``from mycelium import ledger_sync``).
+"""
 
 __version__ = "0.1.0"
+
+from mycelium.ledger.binding import ToolTransitionBinding
+from mycelium.ledger.config import LedgerConfig, load_config
+from mycelium.ledger.decorators import ledger, ledger_sync
+from mycelium.ledger.envelope import (
+    RetryPermission,
+    SideEffectBoundary,
+    SideEffectClass,
+    Spendability,
+    TerminalOutcome,
+    ToolCapability,
+    TransitionGate,
+)
+from mycelium.ledger.errors import (
+    LedgerAlreadyResolvedError,
+    LedgerError,
+    LedgerHardBlockError,
+    LedgerIdentityConflictError,
+    LedgerLeaseExpiredError,
+    LedgerOutcomeAlreadySetError,
+    LedgerPendingError,
+    LedgerPollTimeoutError,
+    LedgerReleaseRefusedError,
+    LedgerSoftBlockError,
+    LedgerStorageUnavailableError,
+    LedgerWorkerAliveError,
+    MissingRequestIdentityError,
+    TaskLedgerPendingError,
+    ToolCapabilityDeclarationError,
+)
+from mycelium.ledger.hub_http import HubLedgerStorage
+from mycelium.ledger.identity import execution_scope
+from mycelium.ledger.ledger import (
+    ActionLedger,
+    arecord_external_operation,
+    mark_crossed,
+    mark_maybe_crossed,
+    record_external_operation,
+    renew_lease,
+    side_effect,
+)
+from mycelium.ledger.postgres import PostgresLedgerStorage
+from mycelium.ledger.reconcile import Reconciler, ReconcileResult, ReconcileStatus
+from mycelium.ledger.tasks import task_ledger, task_ledger_sync
+
+__all__ = [
+    "ActionLedger",
+    "HubLedgerStorage",
+    "LedgerAlreadyResolvedError",
+    "LedgerConfig",
+    "LedgerError",
+    "LedgerHardBlockError",
+    "LedgerIdentityConflictError",
+    "LedgerLeaseExpiredError",
+    "LedgerOutcomeAlreadySetError",
+    "LedgerPendingError",
+    "LedgerPollTimeoutError",
+    "LedgerReleaseRefusedError",
+    "LedgerSoftBlockError",
+    "LedgerStorageUnavailableError",
+    "LedgerWorkerAliveError",
+    "MissingRequestIdentityError",
+    "PostgresLedgerStorage",
+    "ReconcileResult",
+    "ReconcileStatus",
+    "Reconciler",
+    "RetryPermission",
+    "SideEffectBoundary",
+    "SideEffectClass",
+    "Spendability",
+    "TaskLedgerPendingError",
+    "TerminalOutcome",
+    "ToolCapability",
+    "ToolCapabilityDeclarationError",
+    "ToolTransitionBinding",
+    "TransitionGate",
+    "__version__",
+    "arecord_external_operation",
+    "execution_scope",
+    "ledger",
+    "ledger_sync",
+    "load_config",
+    "mark_crossed",
+    "mark_maybe_crossed",
+    "record_external_operation",
+    "renew_lease",
+    "side_effect",
+    "task_ledger",
+    "task_ledger_sync",
+]

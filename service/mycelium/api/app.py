@@ -14,15 +14,18 @@ from mycelium import __version__
 from mycelium.api import assignments, board, errors, fields, health, links, memory, rooms, skills, tasks
 from mycelium.api.conversations import CONVERSATION_ROUTES
 from mycelium.api.deps import provide_hub
+from mycelium.api.receipts import ReceiptController
+from mycelium.api.transitions import TransitionController
 from mycelium.board.sweeper import apply_board_settings, sweep_leases
 from mycelium.hub import Hub, Worker
 from mycelium.indexer import catch_up_vectors
+from mycelium.ledger.receipts import sign_receipts
 from mycelium.mirror.follower import follow_changes
 from mycelium.settings import Settings, load_settings
 
 
 def default_workers(settings: Settings) -> list[Worker]:
-    workers: list[Worker] = [catch_up_vectors, sweep_leases, apply_board_settings]
+    workers: list[Worker] = [catch_up_vectors, sweep_leases, apply_board_settings, sign_receipts]
     if settings.mirror:
         workers.append(follow_changes)
     return workers
@@ -55,6 +58,7 @@ def create_app(
         skills.SkillController,
         tasks.TaskController, assignments.AssignmentController, fields.FieldsController, *board.ROUTES,
         *CONVERSATION_ROUTES,
+        TransitionController, ReceiptController,
     ]
     return Litestar(
         route_handlers=handlers,
