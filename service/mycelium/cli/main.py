@@ -6,9 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from mycelium.cli import db, memory, mirror, room, up
+from mycelium.cli import board, db, memory, mirror, room, up
 
-GROUPS = [up, db, room, memory, mirror]
+GROUPS = [up, db, room, memory, mirror, board]
 
 
 def build_parser() -> argparse.ArgumentParser:
