@@ -1,0 +1,60 @@
+"""Conversations: handles and mentions, the thread write gate (floors, frozen rosters), pings,
+amendments, durable inboxes and presence, message search
+
+Revision ID: 0004_conversations
+Revises: 0003_board
+Create Date: 2026-11-30
+"""
+
+from alembic import op
+
+from mycelium.db.migrate import apply_sql, drop_sql
+
+revision = "0004_conversations"
+down_revision = "0003_board"
+branch_labels = None
+depends_on = None
+
+FILES = ("handles.sql", "conversations.sql", "floors.sql", "participation.sql", "message_search.sql")
+
+# Every function the files above define (dropped by name, whatever the signature).
+FUNCTIONS = (
+    "normalize_handle", "handle_problem", "handle_problem_sentence", "require_handle", "mentions_in",
+    "loud_mentions", "silent_mentions", "mentions_handle", "message_wakes", "episode_ref",
+    "messages_ping", "messages_wake", "post_message", "amend_message", "handle_list",
+    "thread_known", "describe_floor", "check_thread_write", "messages_admit", "floors_before_write",
+    "floors_after_write", "hold_floor", "release_floor", "freeze_roster", "thaw_roster",
+    "delivery_cursors_forward", "inbox_anchor", "touch_presence", "take_next", "reply", "room_members",
+    "message_type_of", "stance_of", "message_has", "thread_matches",
+)
+
+
+def upgrade() -> None:
+    apply_sql(op, *FILES)
+
+
+def downgrade() -> None:
+    names = ", ".join(f"'{name}'" for name in FUNCTIONS)
+    drop_sql(op, f"""
+      DROP VIEW IF EXISTS mycelium.message_search_docs;
+      DROP TRIGGER IF EXISTS messages_admit ON mycelium.messages;
+      DROP TRIGGER IF EXISTS messages_ping ON mycelium.messages;
+      DROP TRIGGER IF EXISTS messages_wake ON mycelium.messages;
+      -- CASCADE takes the verbs whose signatures name these tables' or the view's row types
+      DROP TABLE IF EXISTS mycelium.early_deliveries, mycelium.delivery_cursors, mycelium.presence,
+                           mycelium.floors, mycelium.rosters CASCADE;
+      DROP VIEW IF EXISTS mycelium.timeline CASCADE;
+      DROP INDEX IF EXISTS mycelium.messages_amendments;
+      ALTER TABLE mycelium.messages DROP COLUMN IF EXISTS wakes, DROP COLUMN IF EXISTS mentions,
+                                    DROP COLUMN IF EXISTS silent_mentions;
+      DO $drop$
+      DECLARE f regprocedure;
+      BEGIN
+        FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+                 WHERE p.pronamespace = 'mycelium'::regnamespace AND p.proname IN ({names})
+        LOOP
+          EXECUTE format('DROP FUNCTION %s', f);
+        END LOOP;
+      END
+      $drop$;
+    """)

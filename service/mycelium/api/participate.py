@@ -1,0 +1,74 @@
+"""Server-held participation: ``GET /api/rooms/{room}/await`` and ``POST /api/rooms/{room}/reply``.
+
+A turn-based agent cannot keep a socket open between its turns, so the hub keeps its place: a
+durable per-handle cursor in the database (``mycelium.take_next``) and a presence lease refreshed by
+every call. ``await`` long-polls for the next message addressed to the handle; ``reply`` records the
+agent's answer through the same thread write gate as ``/messages``, with its ``[[mycelium: …]]``
+markers lifted into the payload and stripped from the prose.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, post
+from litestar import get as get_route
+from litestar.params import FromPath, FromQuery, JSONBody
+from pydantic import BaseModel, ConfigDict, Field
+
+from mycelium.api.deps import Annotated, HubDep, Query
+from mycelium.api.messages import message_read, refuse_reserved
+from mycelium.api.rooms import require_room
+from mycelium.conversations.inbox import MAX_WAIT_SECONDS, await_next
+from mycelium.core import markers
+from mycelium.core.envelope import topic_urn
+from mycelium.db.queries import q
+
+
+class ReplyBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    handle: str = Field(min_length=1, max_length=200)
+    text: str = Field(min_length=1, max_length=100_000)
+    episode: str | None = Field(default=None, max_length=500)
+
+
+async def _disconnected(request: Request[Any, Any, Any]) -> None:
+    """Complete when the client hangs up (the request body of a GET is empty, so receive() is ours)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+@get_route("/api/rooms/{room:str}/await")
+async def await_message(
+    request: Request[Any, Any, Any], hub: HubDep, room: FromPath[str], handle: FromQuery[str],
+    timeout: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0.0,
+    episode: FromQuery[str | None] = None,
+) -> dict[str, Any]:
+    """The next message addressed to ``handle`` (``timeout`` seconds at most; 0 = the maximum)."""
+    await require_room(hub, room)
+    row = await await_next(hub, room, handle, episode=episode, timeout=timeout,
+                           gone=lambda: _disconnected(request))
+    me = handle.strip()
+    if row is None:
+        return {"room": room, "handle": me, "message": None}
+    message = message_read(row)
+    return {
+        "room": room, "handle": me, "prompt": message.content, "sender": message.sender_handle,
+        "episode": message.episode, "topic": topic_urn(room), "message_id": message.id,
+        "message": message.model_dump(mode="json"),
+    }
+
+
+@post("/api/rooms/{room:str}/reply", status_code=201)
+async def reply(hub: HubDep, room: FromPath[str], data: JSONBody[ReplyBody]) -> dict[str, Any]:
+    """Record ``handle``'s answer; it lands in ``episode`` (or the room), never implicitly elsewhere."""
+    refuse_reserved(data.handle, "handle")
+    lifted, prose = markers.lift_reply(data.text)
+    row = await hub.db.fetchrow(q("reply"), room, data.handle, prose, lifted, data.episode)
+    return {"room": room, "handle": row["sender"], "message_id": str(row["id"]), "position": row["position"],
+            "episode": row["episode"], "parents": [str(p) for p in row["parents"]]}
+
+
+ROUTES = [await_message, reply]

@@ -1,0 +1,65 @@
+"""``GET /api/rooms/{room}/messages/stream``: the room's timeline as server-sent events.
+
+Each event is one message (``id`` = its position, so a reconnecting client resumes with
+``Last-Event-ID`` or ``?after=``). The stream waits on the process's one listener like every other
+waiter and re-reads the table after each hint, so a thousand open streams hold no connection.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from litestar import get
+from litestar.params import FromPath, HeaderParameter
+from litestar.response import ServerSentEvent, ServerSentEventMessage
+
+from mycelium.api.deps import Annotated, HubDep, Query
+from mycelium.api.messages import message_read
+from mycelium.api.rooms import require_room
+from mycelium.conversations.wakes import wait_for, waiters_of
+from mycelium.db.queries import q
+from mycelium.hub import Hub
+
+#: Send a comment this often so proxies keep an idle stream open.
+KEEPALIVE_SECONDS = 15.0
+BATCH = 200
+
+
+async def timeline_events(hub: Hub, room: str, after: int) -> AsyncIterator[ServerSentEventMessage]:
+    waiters = await waiters_of(hub)
+    event = waiters.for_room(room)
+    try:
+        while True:
+            event.clear()
+            rows = await hub.db.fetch(q("messages_after"), room, after, BATCH)
+            for row in rows:
+                after = row["position"]
+                body = message_read(row).model_dump(mode="json")
+                yield ServerSentEventMessage(data=json.dumps(body), event="message", id=str(after))
+            if len(rows) == BATCH:
+                continue
+            if not await wait_for(event, KEEPALIVE_SECONDS):
+                yield ServerSentEventMessage(comment="keepalive")
+    finally:
+        waiters.drop_room(room, event)
+
+
+@get("/api/rooms/{room:str}/messages/stream")
+async def stream(
+    hub: HubDep, room: FromPath[str],
+    after: Annotated[int | None, Query(ge=0)] = None,
+    last_event_id: Annotated[str | None, HeaderParameter(name="last-event-id")] = None,
+) -> ServerSentEvent:
+    """Messages after ``after`` (or ``Last-Event-ID``); without either, from now on."""
+    await require_room(hub, room)
+    start: Any = after
+    if start is None and last_event_id and last_event_id.strip().isdigit():
+        start = int(last_event_id.strip())
+    if start is None:
+        start = await hub.db.fetchval(q("timeline_head"), room)
+    return ServerSentEvent(timeline_events(hub, room, int(start)))
+
+
+ROUTES = [stream]

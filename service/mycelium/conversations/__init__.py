@@ -1,0 +1,1 @@
+"""Conversations: the await loop, wake fan-out and message search over the timeline tables."""

@@ -1,0 +1,63 @@
+"""``await``: wait for the next message addressed to a handle, without holding a connection.
+
+The delivery decision is the database's (``mycelium.take_next``: a durable per-handle cursor, one
+transaction per pick). This module only decides *when* to ask again: right away, then whenever a
+wake hint names the handle in the room, and at least every :data:`RECHECK_SECONDS` as a safety
+net. Waiting costs an :class:`asyncio.Event`, never a database connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mycelium.conversations.wakes import wait_for, waiters_of
+from mycelium.core.handles import normalize_handle
+from mycelium.db.queries import q
+from mycelium.hub import Hub
+
+#: The longest one await may wait (upstream's cap); ``timeout=0`` means this.
+MAX_WAIT_SECONDS = 3600.0
+#: Ask the database again at least this often, hint or not.
+RECHECK_SECONDS = 30.0
+
+
+async def await_next(
+    hub: Hub, room: str, handle: str, *, episode: str | None = None, timeout: float = 0.0,
+    gone: Callable[[], Awaitable[None]] | None = None,
+) -> Any | None:
+    """The next message for ``handle`` in ``room`` (or thread ``episode``), or ``None`` on timeout.
+
+    ``gone``, when given, completes when the caller no longer wants the answer (the HTTP client
+    hung up): the wait stops without taking anything, so the message stays pending for the next
+    await instead of being delivered to nobody.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + (timeout if timeout > 0 else MAX_WAIT_SECONDS)
+    waiters = await waiters_of(hub)
+    me = normalize_handle(handle)
+    event = waiters.for_handle(room, me)
+    watcher = asyncio.ensure_future(gone()) if gone is not None else None
+    try:
+        while True:
+            event.clear()
+            remaining = max(0.0, deadline - loop.time())
+            row = await hub.db.fetchrow(q("take_next"), room, handle, episode, remaining)
+            if row is not None:
+                return row
+            if remaining <= 0:
+                return None
+            if watcher is None:
+                await wait_for(event, min(remaining, RECHECK_SECONDS))
+                continue
+            woke = asyncio.ensure_future(event.wait())
+            done, _ = await asyncio.wait({woke, watcher}, timeout=min(remaining, RECHECK_SECONDS),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            woke.cancel()
+            if watcher in done:
+                return None
+    finally:
+        waiters.drop_handle(room, me, event)
+        if watcher is not None:
+            watcher.cancel()

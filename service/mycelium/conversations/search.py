@@ -1,0 +1,353 @@
+"""Message search: the grammar's typed query (``core.search_grammar``) run as SQL in Postgres.
+
+The query is composed per request with SQLAlchemy Core over ``mycelium.message_search_docs`` (one row
+per readable message with every searchable field derived in the database) and sent through asyncpg.
+It reproduces the reference rules of the grammar module:
+
+* **matching and score**: every word and phrase must appear (case-insensitive substring), no
+  excluded word may; a phrase scores ``3 × count``, a word ``min(count, 5) + whole-word count``;
+* **fields**: the same field twice is an OR, different fields AND, ``-field:value`` drops; a
+  closed value outside its set matches nothing (and the parser already reported it);
+* **scope**: prose only (no pings, notices, presence or events) unless ``type:`` names one;
+  expired transient events never show;
+* **facets** are disjunctive: a field's buckets are counted over the messages that pass every
+  *other* field's clauses (and the text and time), top 12 by count;
+* **paging**: ``<created_at>|<id>`` for newest/oldest (resuming by time if that message is gone),
+  an integer offset for relevance. Snippets are cut by the grammar module's reference function.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    DateTime,
+    Integer,
+    Select,
+    Text,
+    and_,
+    case,
+    column,
+    false,
+    func,
+    literal,
+    not_,
+    or_,
+    select,
+    table,
+    true,
+    union_all,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
+
+from mycelium.core import search_grammar as grammar
+from mycelium.db.queries import q
+from mycelium.errors import Refusal
+from mycelium.hub import Hub
+
+#: Message types outside the default scope: control signals, and events (a ledger, not prose).
+NOT_PROSE = ("ping", "notice", "presence", "keepalive", "event")
+#: Fields whose values are counted as facets (``thread`` is not: its values are URNs).
+FACET_FIELDS = tuple(f for f in grammar.FIELDS if f != "thread")
+FACET_SIZE = 12
+
+_TEXT_ARRAY = ARRAY(Text)
+_SCALAR_COLUMNS = (
+    "room", "episode", "sender", "sender_role", "kind", "subkind", "payload_type", "content", "text",
+    "lowered", "from_handle",
+    "task_key", "task_title", "in_value", "type_value", "kind_value", "status_value", "stance", "step",
+    "day",
+)
+docs = table(
+    "message_search_docs",
+    *(column(name, Text) for name in _SCALAR_COLUMNS),
+    column("position", Integer), column("id"), column("created_at", DateTime(timezone=True)),
+    column("edited_at", DateTime(timezone=True)), column("expires_at", DateTime(timezone=True)),
+    column("recipients", _TEXT_ARRAY), column("parents"), column("payload"),
+    *(column(name, _TEXT_ARRAY) for name in ("mentions", "silent_mentions", "to_handles", "mention_handles",
+                                             "is_values", "has_values")),
+    schema="mycelium",
+)
+_dialect = asyncpg_dialect()
+_REGEX_SPECIAL = re.compile(r"([\\^$.|?*+()\[\]{}])")
+
+
+def compile_sql(stmt: Select[Any]) -> tuple[str, list[Any]]:
+    """SQL text with ``$n`` parameters, and the values in order, for asyncpg."""
+    compiled = stmt.compile(dialect=_dialect, compile_kwargs={"render_postcompile": True})
+    return str(compiled), [compiled.params[name] for name in compiled.positiontup or ()]
+
+
+# ── predicates ──────────────────────────────────────────────────────────────
+
+
+def _count(haystack: ColumnElement[str], needle: str) -> ColumnElement[int]:
+    """Non-overlapping occurrences of ``needle`` (what ``str.count`` counts)."""
+    removed = func.length(haystack) - func.length(func.replace(haystack, needle, ""))
+    return removed.op("/")(len(needle))  # integer division, as in SQL
+
+
+def text_score(query: grammar.SearchQuery, lowered: ColumnElement[str]) -> ColumnElement[Any]:
+    """The grammar's score of a message's text, NULL when it does not match."""
+    required: list[ColumnElement[bool]] = [func.strpos(lowered, x) == 0 for x in query.excluded]
+    score: ColumnElement[Any] = literal(0, Integer)
+    for phrase in query.phrases:
+        required.append(func.strpos(lowered, phrase) > 0)
+        score = score + grammar.PHRASE_WEIGHT * _count(lowered, phrase)
+    for word in query.words:
+        required.append(func.strpos(lowered, word) > 0)
+        whole = r"(?<!\w)" + _REGEX_SPECIAL.sub(r"\\\1", word) + r"(?!\w)"
+        capped = func.least(_count(lowered, word), grammar.TERM_COUNT_CAP)
+        score = score + capped + func.regexp_count(lowered, whole)
+    if not required:
+        return score
+    return case((and_(*required), score), else_=None)
+
+
+def clause_predicate(c: Any, clause: grammar.Clause) -> ColumnElement[bool]:
+    """Whether a document (columns ``c``) matches one ``field:value`` (never NULL)."""
+    v = clause.value
+    match clause.field:
+        case "from":
+            pred = c.from_handle == v
+        case "to":
+            pred = c.to_handles.contains([v])
+        case "mentions":
+            pred = c.mention_handles.contains([v])
+        case "task":
+            options = [c.task_key == v, func.regexp_replace(c.task_key, "^.*/", "") == v]
+            if len(v) > 2:
+                options.append(func.strpos(func.lower(c.task_title), v) > 0)
+            pred = or_(*options)
+        case "in":
+            pred = c.in_value == v
+        case "type":
+            pred = c.type_value == v
+        case "kind":
+            pred = func.lower(c.kind_value) == v
+        case "status":
+            pred = func.lower(c.status_value) == v
+        case "stance":
+            pred = c.stance == v
+        case "step":
+            pred = c.step == v
+        case "is":
+            pred = c.is_values.contains([v])
+        case "has":
+            pred = c.has_values.contains([v])
+        case "day":
+            pred = c.day == v
+        case "thread":
+            pred = func.mycelium.thread_matches(c.episode, v, type_=Boolean)
+        case _:  # a field the grammar knows and this module does not: match nothing, loudly visible
+            pred = false()
+    return func.coalesce(pred, false())
+
+
+def field_predicate(c: Any, clauses: Sequence[grammar.Clause]) -> ColumnElement[bool]:
+    """One field's clauses: any positive value (OR), and none of the negated ones."""
+    positives = [clause_predicate(c, x) for x in clauses if not x.negate]
+    negatives = [not_(clause_predicate(c, x)) for x in clauses if x.negate]
+    parts = ([or_(*positives)] if positives else []) + negatives
+    return and_(true(), *parts)
+
+
+def _facet_value(c: Any, name: str) -> tuple[ColumnElement[Any], ColumnElement[Any], bool]:
+    """The value a facet counts, its label, and whether the value column is an array."""
+    arrays = {"to": c.to_handles, "mentions": c.mention_handles, "is": c.is_values, "has": c.has_values}
+    if name in arrays:
+        return arrays[name], arrays[name], True
+    scalars = {"from": c.from_handle, "in": c.in_value, "type": c.type_value, "kind": c.kind_value,
+               "status": c.status_value, "stance": c.stance, "step": c.step, "day": c.day}
+    if name == "task":
+        return c.task_key, c.task_title, False
+    return scalars[name], scalars[name], False
+
+
+# ── paging ──────────────────────────────────────────────────────────────────
+
+
+@dataclass(frozen=True)
+class Cursor:
+    offset: int = 0
+    at: datetime | None = None
+    message_id: UUID | None = None
+
+
+def parse_cursor(raw: str | None, sort: str) -> Cursor:
+    if raw is None or not raw.strip():
+        return Cursor()
+    text = raw.strip()
+    try:
+        if sort == "relevance":
+            offset = int(text)
+            if offset < 0:
+                raise ValueError
+            return Cursor(offset=offset)
+        stamp, _, ident = text.partition("|")
+        at = datetime.fromisoformat(stamp)
+        at = at if at.tzinfo else at.replace(tzinfo=UTC)
+        return Cursor(at=at, message_id=UUID(ident) if ident else None)
+    except ValueError:
+        shape = "an offset" if sort == "relevance" else "'<created_at>|<id>'"
+        raise Refusal(422, "invalid_cursor", f"cursor: {raw!r} is not {shape} (pass back next_cursor)",
+                      {"field": "cursor"}) from None
+
+
+# ── the search ──────────────────────────────────────────────────────────────
+
+
+@dataclass
+class SearchResult:
+    query: str
+    parsed: grammar.SearchQuery
+    hits: list[dict[str, Any]] = field(default_factory=list)
+    total: int = 0
+    scanned: int = 0
+    facets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    next_cursor: str | None = None
+
+    def body(self, read: Callable[[Any], Any]) -> dict[str, Any]:
+        """The response: hits with their messages shown by ``read``."""
+        scope = self.parsed.scope()
+        for bound in ("after", "before"):
+            if scope[bound] is not None:
+                scope[bound] = scope[bound].isoformat()
+        scope["problems"] = [{"token": p.token, "reason": p.reason} for p in self.parsed.problems]
+        hits = [
+            {**{k: v for k, v in hit.items() if k not in ("row", "before", "after")},
+             "message": read(hit["row"]),
+             "context_before": [read(r) for r in hit["before"]],
+             "context_after": [read(r) for r in hit["after"]]}
+            for hit in self.hits
+        ]
+        return {"query": self.query, "scope": scope, "hits": hits, "total": self.total,
+                "scanned": self.scanned, "facets": self.facets, "fields": list(grammar.FIELDS),
+                "next_cursor": self.next_cursor}
+
+
+async def search_messages(
+    hub: Hub, room: str, raw: str, *, limit: int = 20, cursor: str | None = None, context: int = 0
+) -> SearchResult:
+    async with hub.db.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        now: datetime = await conn.fetchval("SELECT now()")
+        query = grammar.parse(raw, now=now)
+        paging = parse_cursor(cursor, query.sort)
+
+        scope_types = [t for t in NOT_PROSE if t not in query.named_types]
+        base = (
+            select(*docs.c, text_score(query, docs.c.lowered).label("score"))
+            .where(docs.c.room == room)
+            .where(docs.c.type_value.not_in(scope_types) if scope_types else true())
+            .where(or_(docs.c.expires_at.is_(None), docs.c.expires_at > func.now()))
+            .cte("base")
+        )
+        c = base.c
+        common = [c.score.is_not(None)]
+        if query.after is not None:
+            common.append(c.created_at >= query.after)
+        if query.before is not None:
+            common.append(c.created_at < query.before)
+        by_field = query.by_field()
+        field_preds = {name: field_predicate(c, clauses) for name, clauses in by_field.items()}
+        matches = and_(*common, *field_preds.values())
+
+        counts_sql, counts_args = compile_sql(
+            select(func.count().filter(matches), func.count()).select_from(base))
+        total, scanned = await conn.fetchrow(counts_sql, *counts_args)
+
+        hits_stmt = select(*c).where(matches)
+        if query.sort == "relevance":
+            hits_stmt = hits_stmt.order_by(c.score.desc(), c.position.desc()).offset(paging.offset)
+        else:
+            newest = query.sort == "newest"
+            if paging.at is not None:
+                position = None
+                if paging.message_id is not None:
+                    position = await conn.fetchval(q("message_position"), room, paging.message_id)
+                if position is not None:
+                    hits_stmt = hits_stmt.where(c.position < position if newest else c.position > position)
+                else:
+                    hits_stmt = hits_stmt.where(
+                        c.created_at < paging.at if newest else c.created_at > paging.at)
+            hits_stmt = hits_stmt.order_by(c.position.desc() if newest else c.position.asc())
+        hits_sql, hits_args = compile_sql(hits_stmt.limit(limit + 1))
+        rows = list(await conn.fetch(hits_sql, *hits_args))
+        more = len(rows) > limit
+        rows = rows[:limit]
+
+        result = SearchResult(query=raw, parsed=query, total=total, scanned=scanned)
+        if more and rows:
+            last = rows[-1]
+            result.next_cursor = (str(paging.offset + limit) if query.sort == "relevance"
+                                  else f"{last['created_at'].isoformat()}|{last['id']}")
+
+        neighbours: dict[int, dict[str, list[Any]]] = {}
+        if context and rows:
+            found = await conn.fetch(q("message_neighbours"), room, [r["episode"] for r in rows],
+                                     [r["position"] for r in rows], context)
+            for n in found:
+                neighbours.setdefault(n["hit"], {"before": [], "after": []})[n["side"]].append(n)
+        for r in rows:
+            around = neighbours.get(r["position"], {"before": [], "after": []})
+            result.hits.append({
+                "row": r,
+                "snippet": grammar.snippet(r["text"], query.needles),
+                "score": int(r["score"]),
+                "task_key": r["task_key"],
+                "task_title": r["task_title"],
+                "thread": None if r["in_value"] == "channel" else r["episode"],
+                "recipients": list(r["to_handles"]),
+                "mentions": list(r["mention_handles"]),
+                "stance": r["stance"],
+                "before": around["before"],
+                "after": around["after"],
+            })
+
+        result.facets = await _facets(conn, base, common, field_preds)
+        return result
+
+
+async def _facets(
+    conn: Any, base: Any, common: list[ColumnElement[bool]], field_preds: dict[str, ColumnElement[bool]]
+) -> dict[str, list[dict[str, Any]]]:
+    """Disjunctive facet counts: each field over what passes every other field's clauses."""
+    c = base.c
+    parts = []
+    for name in FACET_FIELDS:
+        others = [p for f, p in field_preds.items() if f != name]
+        value, label, is_array = _facet_value(c, name)
+        if is_array:
+            unnested = func.unnest(value).table_valued("v").render_derived()
+            part = select(literal(name, Text).label("field"), unnested.c.v.label("value"),
+                          unnested.c.v.label("label")).select_from(base).join(unnested, true())
+        else:
+            part = select(literal(name, Text).label("field"), value.label("value"), label.label("label")) \
+                .select_from(base).where(value.is_not(None))
+        parts.append(part.where(and_(*common, *others)))
+    bucketed = union_all(*parts).subquery("buckets")
+    counted = (
+        select(bucketed.c.field, bucketed.c.value, func.max(bucketed.c.label).label("label"),
+               func.count().label("n"),
+               func.row_number().over(partition_by=bucketed.c.field,
+                                      order_by=(func.count().desc(), bucketed.c.value)).label("rank"))
+        .group_by(bucketed.c.field, bucketed.c.value)
+        .subquery("counted")
+    )
+    stmt = (select(counted.c.field, counted.c.value, counted.c.label, counted.c.n)
+            .where(counted.c.rank <= FACET_SIZE)
+            .order_by(counted.c.field, counted.c.rank))
+    sql, args = compile_sql(stmt)
+    facets: dict[str, list[dict[str, Any]]] = {name: [] for name in FACET_FIELDS}
+    for r in await conn.fetch(sql, *args):
+        facets[r["field"]].append({"value": r["value"], "label": r["label"], "count": r["n"]})
+    return facets
+

@@ -1,0 +1,140 @@
+"""Wake hints fanned out inside one hub process.
+
+The database announces every message twice over the process's one LISTEN connection
+(``hub.wakes``): ``mycelium_messages`` says a room's timeline moved (``'<room> <position>'``), and
+``mycelium_wakes`` names the handles a message is a turn for (``'<position>\\t<room>\\t<h1>,<h2>'``, or
+``*`` when the list would not fit). Here those hints become :class:`asyncio.Event` sets: an ``await``
+waits on its (room, handle) and a stream on its room, so a message wakes only the waiters it
+concerns, and a thousand waiters cost no connection at all.
+
+A hint carries no state; whoever wakes re-reads the tables. After the listener loses and regains
+its connection every waiter is woken, because a hint may have been lost in the gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections import defaultdict
+
+from mycelium.db.listener import Listener
+from mycelium.hub import Hub
+
+MESSAGES_CHANNEL = "mycelium_messages"
+WAKES_CHANNEL = "mycelium_wakes"
+EVERYONE = "*"
+
+
+class Waiters:
+    """The waiters of one process, keyed by what wakes them."""
+
+    def __init__(self, listener: Listener) -> None:
+        self._listener = listener
+        self._handles: dict[tuple[str, str], set[asyncio.Event]] = defaultdict(set)
+        self._rooms: dict[str, set[asyncio.Event]] = defaultdict(set)
+        listener.on(WAKES_CHANNEL, self._on_wake)
+        listener.on(MESSAGES_CHANNEL, self._on_message)
+        # The listener re-runs callbacks after a reconnect only for channels it holds events for:
+        # keep one standing event on each, so a lost connection still wakes everyone here.
+        self._standing = [listener.event(WAKES_CHANNEL), listener.event(MESSAGES_CHANNEL)]
+        self._ready = False
+
+    async def ready(self) -> None:
+        if not self._ready:
+            await self._listener.listen(WAKES_CHANNEL)
+            await self._listener.listen(MESSAGES_CHANNEL)
+            self._ready = True
+
+    # -- registering ------------------------------------------------------------------------------
+
+    def for_handle(self, room: str, handle: str) -> asyncio.Event:
+        """An event set whenever a message in ``room`` may be a turn for ``handle`` (normalised)."""
+        event = asyncio.Event()
+        self._handles[(room, handle)].add(event)
+        return event
+
+    def for_room(self, room: str) -> asyncio.Event:
+        """An event set whenever ``room``'s timeline moves."""
+        event = asyncio.Event()
+        self._rooms[room].add(event)
+        return event
+
+    def drop_handle(self, room: str, handle: str, event: asyncio.Event) -> None:
+        found = self._handles.get((room, handle))
+        if found is not None:
+            found.discard(event)
+            if not found:
+                del self._handles[(room, handle)]
+
+    def drop_room(self, room: str, event: asyncio.Event) -> None:
+        found = self._rooms.get(room)
+        if found is not None:
+            found.discard(event)
+            if not found:
+                del self._rooms[room]
+
+    @property
+    def waiting(self) -> int:
+        """How many waiters are registered (for operators and tests)."""
+        return sum(len(s) for s in self._handles.values()) + sum(len(s) for s in self._rooms.values())
+
+    # -- hints ------------------------------------------------------------------------------------
+
+    def _on_wake(self, _channel: str, payload: str) -> None:
+        if not payload:  # the listener reconnected: anything may have happened
+            for events in self._handles.values():
+                _set_all(events)
+            return
+        parts = payload.split("\t", 2)
+        if len(parts) != 3:
+            return
+        _, room, who = parts
+        if who == EVERYONE:
+            for (r, _h), events in self._handles.items():
+                if r == room:
+                    _set_all(events)
+            return
+        for handle in who.split(","):
+            events = self._handles.get((room, handle))
+            if events:
+                _set_all(events)
+
+    def _on_message(self, _channel: str, payload: str) -> None:
+        if not payload:
+            for events in self._rooms.values():
+                _set_all(events)
+            return
+        room = payload.rsplit(" ", 1)[0]
+        events = self._rooms.get(room)
+        if events:
+            _set_all(events)
+
+
+def _set_all(events: set[asyncio.Event]) -> None:
+    for event in list(events):
+        event.set()
+
+
+_BY_LISTENER: weakref.WeakKeyDictionary[Listener, Waiters] = weakref.WeakKeyDictionary()
+
+
+async def waiters_of(hub: Hub) -> Waiters:
+    """The waiters of ``hub``'s process (one set per listener, made on first use)."""
+    listener = hub.wakes
+    waiters = _BY_LISTENER.get(listener)
+    if waiters is None:
+        waiters = _BY_LISTENER[listener] = Waiters(listener)
+    await waiters.ready()
+    return waiters
+
+
+async def wait_for(event: asyncio.Event, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for ``event``; True if it was set."""
+    if event.is_set():
+        return True
+    if timeout <= 0:
+        return False
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout)
+    return event.is_set()

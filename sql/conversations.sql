@@ -1,0 +1,189 @@
+-- Conversations on the timeline: who a message names and wakes, pings, amendments, the post verb.
+--
+-- Builds on messages.sql (the append-only table with per-room, gapless, commit-ordered positions).
+--   * mentions, silent_mentions and wakes are generated from the row itself, so a plain INSERT in
+--     psql gets exactly what the hub's verbs get, and nobody can write them by hand;
+--   * wakes = the handles this message is a turn for (the await rule of contracts/message-envelope):
+--     an exchange whose payload is not a control signal, addressed to its recipients and its
+--     @-mentions, never to its own sender; an amendment wakes nobody (the original already did);
+--   * a write into a thread raises a ping into the room's channel in the same transaction (which
+--     thread moved, who wrote, which message: never the prose);
+--   * a message that wakes somebody sends a NOTIFY on mycelium_wakes naming them, so each hub
+--     process wakes only the waiters it concerns; state is always re-read from the tables.
+--   * an amendment is a new exchange:amend message parented on the original; reads fold the chain
+--     to the newest text (view mycelium.timeline).
+
+CREATE FUNCTION mycelium.message_wakes(
+  p_kind text, p_subkind text, p_payload_type text, p_sender text, p_recipients text[], p_content text
+) RETURNS text[] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE
+    WHEN p_kind <> 'exchange' OR coalesce(p_subkind, '') = 'amend'
+         OR p_payload_type IN ('presence', 'keepalive', 'ping', 'notice') THEN '{}'::text[]
+    ELSE coalesce((
+      SELECT array_agg(h ORDER BY first_seen)
+      FROM (
+        SELECT h, min(o) AS first_seen
+        FROM (
+          SELECT mycelium.normalize_handle(r) AS h, o
+          FROM unnest(p_recipients) WITH ORDINALITY AS r (r, o)
+          UNION ALL
+          SELECT m.handle, 1000000 + m.first_seen
+          FROM mycelium.mentions_in(p_content) m WHERE NOT m.silent
+        ) named
+        WHERE h <> '' AND h <> mycelium.normalize_handle(p_sender)
+        GROUP BY h
+      ) addressed
+    ), '{}'::text[])
+  END
+$$;
+COMMENT ON FUNCTION mycelium.message_wakes IS
+  'The handles a message is a turn for: recipients and @-mentions of a non-control exchange, minus its sender.';
+
+ALTER TABLE mycelium.messages
+  ADD COLUMN mentions text[] GENERATED ALWAYS AS (mycelium.loud_mentions(content)) STORED,
+  ADD COLUMN silent_mentions text[] GENERATED ALWAYS AS (mycelium.silent_mentions(content)) STORED,
+  ADD COLUMN wakes text[] GENERATED ALWAYS AS (
+    mycelium.message_wakes(kind, subkind, payload_type, sender, recipients, content)) STORED;
+
+CREATE INDEX messages_wakes ON mycelium.messages USING gin (wakes);
+CREATE INDEX messages_amendments ON mycelium.messages (room, (parents[1]), position)
+  WHERE subkind = 'amend';
+
+-- The timeline as people read it: amendments folded into the message they amend (its newest text,
+-- and edited_at), amendment rows themselves left out.
+CREATE VIEW mycelium.timeline AS
+SELECT m.*, coalesce(a.content, m.content) AS text, a.created_at AS edited_at
+FROM mycelium.messages m
+LEFT JOIN LATERAL (
+  SELECT x.content, x.created_at FROM mycelium.messages x
+  WHERE x.room = m.room AND x.subkind = 'amend' AND x.parents[1] = m.id
+  ORDER BY x.position DESC LIMIT 1
+) a ON true
+WHERE NOT (coalesce(m.subkind, '') = 'amend' AND cardinality(m.parents) > 0);
+
+-- An episode reference as a URN of p_room: NULL, '' and 'live' are the room's channel; anything
+-- not starting with 'urn:' is a thread's short id.
+CREATE FUNCTION mycelium.episode_ref(p_room text, p_ref text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE
+    WHEN p_ref IS NULL OR btrim(p_ref) = '' OR btrim(p_ref) = 'live' THEN mycelium.live_episode(p_room)
+    WHEN btrim(p_ref) LIKE 'urn:%' THEN btrim(p_ref)
+    ELSE mycelium.episode_urn(p_room, btrim(p_ref))
+  END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Triggers: the ping and the wake hint.
+
+CREATE FUNCTION mycelium.messages_ping() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO mycelium.messages (room, episode, kind, payload_type, sender, sender_role, payload)
+  VALUES (NEW.room, mycelium.live_episode(NEW.room), 'exchange', 'ping', 'system', 'coordinator',
+          jsonb_build_object('episode', NEW.episode, 'sender', NEW.sender, 'message', NEW.id::text));
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER messages_ping AFTER INSERT ON mycelium.messages
+  FOR EACH ROW
+  WHEN (NEW.episode <> mycelium.live_episode(NEW.room)
+        AND NEW.payload_type NOT IN ('ping', 'notice', 'presence', 'keepalive'))
+  EXECUTE FUNCTION mycelium.messages_ping();
+
+-- Payload: '<position>\t<room>\t<handle>,<handle>…' ('*' instead of the list when it would not fit).
+CREATE FUNCTION mycelium.messages_wake() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE who text := array_to_string(NEW.wakes, ',');
+BEGIN
+  IF octet_length(who) + octet_length(NEW.room) > 7000 THEN
+    who := '*';
+  END IF;
+  PERFORM pg_notify('mycelium_wakes', NEW.position || E'\t' || NEW.room || E'\t' || who);
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER messages_wake AFTER INSERT ON mycelium.messages
+  FOR EACH ROW WHEN (cardinality(NEW.wakes) > 0)
+  EXECUTE FUNCTION mycelium.messages_wake();
+
+-- ---------------------------------------------------------------------------------------------
+-- Verbs.
+
+-- Post one message. Every write passes the thread write gate (floors.sql) on insert. The sender and
+-- recipients are stored normalised; p_episode may be a URN, a thread's short id, or NULL (the room).
+CREATE FUNCTION mycelium.post_message(
+  p_room text, p_sender text, p_content text, p_episode text DEFAULT NULL,
+  p_recipients text[] DEFAULT '{}', p_kind text DEFAULT 'exchange', p_subkind text DEFAULT NULL,
+  p_payload_type text DEFAULT 'message', p_payload jsonb DEFAULT '{}', p_parents uuid[] DEFAULT '{}',
+  p_sender_role text DEFAULT 'agent'
+) RETURNS mycelium.messages LANGUAGE plpgsql AS $$
+DECLARE
+  sender text;
+  recipients text[];
+  unknown uuid[];
+  r mycelium.messages;
+BEGIN
+  PERFORM mycelium.require_room(p_room);
+  sender := mycelium.require_handle(p_sender, 'sender');
+  SELECT coalesce(array_agg(mycelium.require_handle(x, 'recipient') ORDER BY o), '{}')
+    INTO recipients FROM unnest(coalesce(p_recipients, '{}')) WITH ORDINALITY AS t (x, o);
+  IF p_payload IS NOT NULL AND jsonb_typeof(p_payload) <> 'object' THEN
+    PERFORM mycelium.refuse(422, 'invalid_payload', 'a message payload is a JSON object');
+  END IF;
+  SELECT array_agg(p) INTO unknown FROM unnest(coalesce(p_parents, '{}')) p
+  WHERE NOT EXISTS (SELECT 1 FROM mycelium.messages m WHERE m.room = p_room AND m.id = p);
+  IF unknown IS NOT NULL THEN
+    PERFORM mycelium.refuse(422, 'unknown_parent',
+      format('no message %s in room %L to answer', array_to_string(unknown, ', '), p_room),
+      jsonb_build_object('parents', unknown));
+  END IF;
+  PERFORM set_config('mycelium.actor', sender, true);
+  INSERT INTO mycelium.messages (room, episode, kind, subkind, payload_type, sender, sender_role,
+                                 recipients, parents, content, payload)
+  VALUES (p_room, mycelium.episode_ref(p_room, p_episode), coalesce(p_kind, 'exchange'),
+          nullif(p_subkind, ''), coalesce(p_payload_type, 'message'), sender,
+          coalesce(p_sender_role, 'agent'), recipients, coalesce(p_parents, '{}'), coalesce(p_content, ''),
+          coalesce(p_payload, '{}'))
+  RETURNING * INTO r;
+  RETURN r;
+END
+$$;
+
+-- Amend a message: a new exchange:amend parented on the original (an amendment of an amendment
+-- amends the original). Only the original sender may amend. Returns the original, folded.
+CREATE FUNCTION mycelium.amend_message(p_room text, p_id uuid, p_content text, p_by text)
+RETURNS mycelium.timeline LANGUAGE plpgsql AS $$
+DECLARE
+  target mycelium.messages;
+  by_handle text;
+  r mycelium.timeline;
+BEGIN
+  PERFORM mycelium.require_room(p_room);
+  SELECT * INTO target FROM mycelium.messages WHERE room = p_room AND id = p_id;
+  IF NOT FOUND THEN
+    PERFORM mycelium.refuse(404, 'message_not_found', format('no message %s in room %L', p_id, p_room),
+                            jsonb_build_object('room', p_room, 'id', p_id));
+  END IF;
+  IF target.subkind = 'amend' AND cardinality(target.parents) > 0 THEN
+    SELECT * INTO target FROM mycelium.messages WHERE room = p_room AND id = target.parents[1];
+  END IF;
+  IF target.payload_type IN ('ping', 'notice', 'presence', 'keepalive') THEN
+    PERFORM mycelium.refuse(422, 'not_amendable',
+      format('a %s is not prose: it cannot be amended', target.payload_type), jsonb_build_object('id', p_id));
+  END IF;
+  IF p_content IS NULL OR btrim(p_content) = '' THEN
+    PERFORM mycelium.refuse(422, 'empty_content', 'an amendment needs the new text');
+  END IF;
+  by_handle := mycelium.require_handle(coalesce(p_by, target.sender), 'sender_handle');
+  IF by_handle <> mycelium.normalize_handle(target.sender) THEN
+    PERFORM mycelium.refuse(403, 'not_sender',
+      format('only @%s may amend their message; @%s may not', mycelium.normalize_handle(target.sender), by_handle),
+      jsonb_build_object('id', target.id, 'sender', target.sender));
+  END IF;
+  PERFORM set_config('mycelium.actor', by_handle, true);
+  INSERT INTO mycelium.messages (room, episode, kind, subkind, payload_type, sender, sender_role,
+                                 recipients, parents, content, payload)
+  VALUES (p_room, target.episode, 'exchange', 'amend', target.payload_type, target.sender,
+          target.sender_role, target.recipients, ARRAY[target.id], p_content, target.payload);
+  SELECT * INTO r FROM mycelium.timeline WHERE room = p_room AND id = target.id;
+  RETURN r;
+END
+$$;

@@ -1,0 +1,241 @@
+-- Floors, frozen rosters, and the thread write gate.
+--
+-- Who may write into a thread is decided here, on insert into mycelium.messages, for every writer
+-- (a hub replica, an engine, a person in psql). In this order (research/hub.md §4):
+--   1. the room's own channel (live) is open to everyone and never holds a floor;
+--   2. a thread nobody knows (no memory is bound to it and nothing was ever written in it) → 404;
+--   3. a frozen negotiation admits only the roster it froze on (and whoever froze it) → 403;
+--   4. a held floor admits only its holder and the speakers the holder gave it to → 409, naming the
+--      holder and who may speak.
+-- A refused write raises, so it never lands and wakes nobody.
+--
+-- Floors and rosters are rows per (room, thread). The gate takes a share lock on them, so a floor
+-- change and a write into that thread are ordered: a write never lands under a floor that was
+-- already replaced. A floor change raises a `floor` notice naming the task row, in the same
+-- transaction, whoever makes it (the verbs below or a direct write).
+
+CREATE TABLE mycelium.floors (
+  room text NOT NULL REFERENCES mycelium.rooms (name) ON DELETE CASCADE,
+  episode text NOT NULL,
+  holder text NOT NULL,
+  speakers text[] NOT NULL DEFAULT '{}',
+  held_by text,
+  held_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (room, episode),
+  CONSTRAINT floor_not_on_live CHECK (episode <> mycelium.live_episode(room)),
+  CONSTRAINT floor_holder_normalised CHECK (holder = mycelium.normalize_handle(holder)
+                                            AND mycelium.handle_problem(holder) IS NULL)
+);
+
+CREATE TABLE mycelium.rosters (
+  room text NOT NULL REFERENCES mycelium.rooms (name) ON DELETE CASCADE,
+  episode text NOT NULL,
+  members text[] NOT NULL,
+  frozen_by text NOT NULL,
+  frozen_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (room, episode),
+  CONSTRAINT roster_not_on_live CHECK (episode <> mycelium.live_episode(room))
+);
+
+-- A handle list as the database keeps it: normalised, each once, in the order given.
+CREATE FUNCTION mycelium.handle_list(p_handles text[], p_what text DEFAULT 'handle') RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT coalesce(array_agg(h ORDER BY first_seen), '{}')
+  FROM (
+    SELECT mycelium.require_handle(x, p_what) AS h, min(o) AS first_seen
+    FROM unnest(coalesce(p_handles, '{}')) WITH ORDINALITY AS t (x, o)
+    GROUP BY 1
+  ) l
+$$;
+
+CREATE FUNCTION mycelium.thread_known(p_room text, p_episode text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT EXISTS (SELECT 1 FROM mycelium.memories WHERE room = p_room AND episode = p_episode)
+      OR EXISTS (SELECT 1 FROM mycelium.messages WHERE room = p_room AND episode = p_episode)
+$$;
+
+-- '@conductor holds the floor; @api, @web may speak' / '…; no one else may speak right now'.
+CREATE FUNCTION mycelium.describe_floor(p_holder text, p_speakers text[]) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT format('@%s holds the floor; ', p_holder)
+      || CASE WHEN cardinality(coalesce(p_speakers, '{}')) = 0 THEN 'no one else may speak right now'
+              ELSE (SELECT string_agg('@' || s, ', ' ORDER BY o) FROM unnest(p_speakers) WITH ORDINALITY AS t (s, o))
+                   || ' may speak' END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- The gate.
+
+CREATE FUNCTION mycelium.check_thread_write(p_room text, p_episode text, p_handle text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  h text := mycelium.normalize_handle(p_handle);
+  short text := mycelium.episode_short_id(p_episode);
+  roster mycelium.rosters;
+  fl mycelium.floors;
+BEGIN
+  IF p_episode IS NULL OR p_episode = mycelium.live_episode(p_room) THEN
+    RETURN;
+  END IF;
+  IF NOT mycelium.thread_known(p_room, p_episode) THEN
+    PERFORM mycelium.refuse(404, 'thread_not_found', format('No thread ''%s'' in room ''%s''', short, p_room),
+                            jsonb_build_object('room', p_room, 'episode', p_episode));
+  END IF;
+  SELECT * INTO roster FROM mycelium.rosters WHERE room = p_room AND episode = p_episode FOR SHARE;
+  IF FOUND AND NOT (h = ANY (roster.members) OR h = roster.frozen_by) THEN
+    PERFORM mycelium.refuse(403, 'not_in_roster',
+      format('@%s is not a member of the negotiation in thread ''%s''', h, short),
+      jsonb_build_object('episode', p_episode, 'handle', h, 'roster', roster.members));
+  END IF;
+  SELECT * INTO fl FROM mycelium.floors WHERE room = p_room AND episode = p_episode FOR SHARE;
+  IF FOUND AND NOT (h = fl.holder OR h = ANY (fl.speakers)) THEN
+    PERFORM mycelium.refuse(409, 'not_your_floor',
+      format('@%s does not have the floor: %s', h, mycelium.describe_floor(fl.holder, fl.speakers)),
+      jsonb_build_object('episode', p_episode, 'handle', h, 'holder', fl.holder, 'speakers', fl.speakers));
+  END IF;
+END
+$$;
+COMMENT ON FUNCTION mycelium.check_thread_write IS
+  'The thread write gate (404 unknown thread, 403 outside a frozen roster, 409 not admitted by the floor).';
+
+-- Named to fire before messages_before_insert (which allocates the position): a refused write
+-- never touches the room's position counter.
+CREATE FUNCTION mycelium.messages_admit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  NEW.episode := coalesce(nullif(NEW.episode, ''), mycelium.live_episode(NEW.room));
+  PERFORM mycelium.check_thread_write(NEW.room, NEW.episode, NEW.sender);
+  RETURN NEW;
+END
+$$;
+CREATE TRIGGER messages_admit BEFORE INSERT ON mycelium.messages
+  FOR EACH ROW EXECUTE FUNCTION mycelium.messages_admit();
+
+-- ---------------------------------------------------------------------------------------------
+-- Floor rows: normalised on the way in, and every change announced.
+
+CREATE FUNCTION mycelium.floors_before_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.episode = mycelium.live_episode(NEW.room) THEN
+    PERFORM mycelium.refuse(422, 'live_has_no_floor', 'the room''s own channel never holds a floor',
+                            jsonb_build_object('room', NEW.room));
+  END IF;
+  IF TG_OP = 'UPDATE' AND (NEW.room, NEW.episode) IS DISTINCT FROM (OLD.room, OLD.episode) THEN
+    PERFORM mycelium.refuse(409, 'immutable', 'a floor belongs to one thread; release it and hold another');
+  END IF;
+  IF TG_OP = 'INSERT' AND NOT mycelium.thread_known(NEW.room, NEW.episode) THEN
+    PERFORM mycelium.refuse(404, 'thread_not_found',
+      format('No thread ''%s'' in room ''%s''', mycelium.episode_short_id(NEW.episode), NEW.room),
+      jsonb_build_object('room', NEW.room, 'episode', NEW.episode));
+  END IF;
+  NEW.holder := mycelium.require_handle(NEW.holder, 'holder');
+  NEW.speakers := array_remove(mycelium.handle_list(NEW.speakers, 'speaker'), NEW.holder);
+  NEW.held_at := now();
+  RETURN NEW;
+END
+$$;
+CREATE TRIGGER floors_before_write BEFORE INSERT OR UPDATE ON mycelium.floors
+  FOR EACH ROW EXECUTE FUNCTION mycelium.floors_before_write();
+
+CREATE FUNCTION mycelium.floors_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  f mycelium.floors := CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
+  row_key text;
+  row_title text;
+  data jsonb;
+BEGIN
+  IF TG_OP = 'UPDATE' AND (NEW.holder, NEW.speakers) IS NOT DISTINCT FROM (OLD.holder, OLD.speakers) THEN
+    RETURN NULL;  -- the same floor held again: nothing moved
+  END IF;
+  IF TG_OP = 'DELETE' AND NOT EXISTS (SELECT 1 FROM mycelium.rooms WHERE name = OLD.room) THEN
+    RETURN NULL;  -- the room is going
+  END IF;
+  SELECT b.key, b.title INTO row_key, row_title FROM mycelium.row_of_episode(f.room, f.episode) b;
+  data := jsonb_build_object(
+    'title', row_title, 'episode', f.episode, 'holder', f.holder,
+    'speakers', array_to_string(f.speakers, ','), 'by', coalesce(f.held_by, f.holder));
+  IF TG_OP = 'DELETE' THEN
+    data := data || jsonb_build_object('released', '1',
+                                       'by', coalesce(nullif(current_setting('mycelium.actor', true), ''), f.holder));
+  END IF;
+  PERFORM mycelium.post_notice(f.room, 'floor', coalesce(row_key, mycelium.episode_short_id(f.episode)), data);
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER floors_after_write AFTER INSERT OR UPDATE OR DELETE ON mycelium.floors
+  FOR EACH ROW EXECUTE FUNCTION mycelium.floors_after_write();
+
+-- ---------------------------------------------------------------------------------------------
+-- Verbs.
+
+-- Hold (or re-hold) a thread's floor for p_holder, admitting p_speakers too. Re-holding replaces;
+-- holding exactly the same floor again changes nothing and announces nothing.
+CREATE FUNCTION mycelium.hold_floor(
+  p_room text, p_episode text, p_holder text, p_speakers text[] DEFAULT '{}', p_by text DEFAULT NULL
+) RETURNS mycelium.floors LANGUAGE plpgsql AS $$
+DECLARE
+  ep text := mycelium.episode_ref(p_room, p_episode);
+  holder text;
+  speakers text[];
+  r mycelium.floors;
+BEGIN
+  PERFORM mycelium.require_room(p_room);
+  holder := mycelium.require_handle(p_holder, 'holder');
+  speakers := array_remove(mycelium.handle_list(p_speakers, 'speaker'), holder);
+  IF p_by IS NOT NULL THEN PERFORM set_config('mycelium.actor', p_by, true); END IF;
+  INSERT INTO mycelium.floors AS f (room, episode, holder, speakers, held_by)
+  VALUES (p_room, ep, holder, speakers, coalesce(mycelium.normalize_handle(p_by), holder))
+  ON CONFLICT (room, episode) DO UPDATE SET holder = excluded.holder, speakers = excluded.speakers,
+                                            held_by = excluded.held_by
+    WHERE (f.holder, f.speakers) IS DISTINCT FROM (excluded.holder, excluded.speakers)
+  RETURNING * INTO r;
+  IF r.room IS NULL THEN
+    SELECT * INTO r FROM mycelium.floors WHERE room = p_room AND episode = ep;
+  END IF;
+  RETURN r;
+END
+$$;
+
+-- Release a thread's floor: true if one was held (and is now gone), false if there was none.
+CREATE FUNCTION mycelium.release_floor(p_room text, p_episode text, p_by text DEFAULT NULL)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM mycelium.require_room(p_room);
+  IF p_by IS NOT NULL THEN PERFORM set_config('mycelium.actor', mycelium.normalize_handle(p_by), true); END IF;
+  DELETE FROM mycelium.floors WHERE room = p_room AND episode = mycelium.episode_ref(p_room, p_episode);
+  RETURN FOUND;
+END
+$$;
+
+-- Freeze a negotiation's roster in a thread: from now on only p_members (and p_by, who runs it)
+-- may write there. Freezing again replaces the roster.
+CREATE FUNCTION mycelium.freeze_roster(p_room text, p_episode text, p_members text[], p_by text)
+RETURNS mycelium.rosters LANGUAGE plpgsql AS $$
+DECLARE
+  ep text := mycelium.episode_ref(p_room, p_episode);
+  r mycelium.rosters;
+BEGIN
+  PERFORM mycelium.require_room(p_room);
+  IF ep = mycelium.live_episode(p_room) THEN
+    PERFORM mycelium.refuse(422, 'live_has_no_roster', 'a negotiation runs in a thread, not the room''s channel');
+  END IF;
+  IF NOT mycelium.thread_known(p_room, ep) THEN
+    PERFORM mycelium.refuse(404, 'thread_not_found',
+      format('No thread ''%s'' in room ''%s''', mycelium.episode_short_id(ep), p_room),
+      jsonb_build_object('room', p_room, 'episode', ep));
+  END IF;
+  INSERT INTO mycelium.rosters AS x (room, episode, members, frozen_by)
+  VALUES (p_room, ep, mycelium.handle_list(p_members, 'member'), mycelium.require_handle(p_by, 'frozen_by'))
+  ON CONFLICT (room, episode) DO UPDATE SET members = excluded.members, frozen_by = excluded.frozen_by,
+                                            frozen_at = now()
+  RETURNING * INTO r;
+  RETURN r;
+END
+$$;
+
+CREATE FUNCTION mycelium.thaw_roster(p_room text, p_episode text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM mycelium.rosters WHERE room = p_room AND episode = mycelium.episode_ref(p_room, p_episode);
+  RETURN FOUND;
+END
+$$;

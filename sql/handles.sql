@@ -1,0 +1,85 @@
+-- Handles and @-mentions: the one normalisation, in the database.
+--
+-- Mirrors service/mycelium/core/handles.py and core/mentions.py exactly (contracts/mentions.json
+-- holds the table of cases both sides assert). Every place the database compares handles (floors,
+-- rosters, the await cursor, who a message wakes, search) goes through normalize_handle, so
+-- '@Alice', 'alice' and 'alice#s1' are one member everywhere.
+--
+--   normalise: trim ASCII whitespace, drop every leading '@', drop everything from the first '#',
+--              trim again, lowercase A-Z only (no locale can change the result);
+--   valid:     ^[a-z0-9][a-z0-9_-]{0,63}$
+--   mention:   '@handle' at the start of the text or after whitespace, '(' or '<'; '@~handle' is a
+--              silent mention (named, never woken).
+
+CREATE FUNCTION mycelium.normalize_handle(p_raw text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT translate(
+    btrim(split_part(ltrim(btrim(p_raw, E' \t\n\r\f\v'), '@'), '#', 1), E' \t\n\r\f\v'),
+    'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+$$;
+COMMENT ON FUNCTION mycelium.normalize_handle IS
+  'The one spelling of a handle: no @, no #session suffix, no surrounding whitespace, A-Z lowercased.';
+
+-- The code of what is wrong with a handle (after normalising), or NULL; same order as core/handles.
+CREATE FUNCTION mycelium.handle_problem(p_raw text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE
+    WHEN h IS NULL OR h = '' THEN 'blank'
+    WHEN length(h) > 64 THEN 'too_long'
+    WHEN h !~ '^[a-z0-9]' THEN 'bad_start'
+    WHEN h !~ '^[a-z0-9_-]*$' THEN 'bad_character'
+  END
+  FROM (SELECT mycelium.normalize_handle(p_raw) AS h) n
+$$;
+
+CREATE FUNCTION mycelium.handle_problem_sentence(p_code text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE p_code
+    WHEN 'blank' THEN 'a handle must not be blank'
+    WHEN 'too_long' THEN 'a handle has at most 64 characters'
+    WHEN 'bad_start' THEN 'a handle must start with a letter a-z or a digit'
+    WHEN 'bad_character' THEN 'a handle may contain only a-z, 0-9, ''_'' and ''-'''
+  END
+$$;
+
+-- p_raw normalised, or a 422 refusal naming what is wrong (p_what says which handle it is).
+CREATE FUNCTION mycelium.require_handle(p_raw text, p_what text DEFAULT 'handle') RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE problem text := mycelium.handle_problem(p_raw);
+BEGIN
+  IF problem IS NOT NULL THEN
+    PERFORM mycelium.refuse(422, 'invalid_handle',
+      format('%s: %s (got %L)', p_what, mycelium.handle_problem_sentence(problem), coalesce(p_raw, '')),
+      jsonb_build_object('field', p_what, 'problem', problem, 'handle', p_raw));
+  END IF;
+  RETURN mycelium.normalize_handle(p_raw);
+END
+$$;
+
+-- Every mention in a text, in the order first seen, each (handle, form) once.
+CREATE FUNCTION mycelium.mentions_in(p_text text)
+RETURNS TABLE (handle text, silent boolean, first_seen bigint)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT mycelium.normalize_handle(m[2]), m[1] = '~', min(ord)
+  FROM regexp_matches(coalesce(p_text, ''), '(?:^|(?<=[\s(<]))@(~?)([A-Za-z0-9][A-Za-z0-9_-]*)', 'g')
+       WITH ORDINALITY AS t (m, ord)
+  GROUP BY 1, 2
+$$;
+
+-- The handles a text wakes (its @handle mentions), first-seen order.
+CREATE FUNCTION mycelium.loud_mentions(p_text text) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT coalesce(array_agg(handle ORDER BY first_seen), '{}') FROM mycelium.mentions_in(p_text) WHERE NOT silent
+$$;
+
+-- The handles a text names silently (its @~handle mentions), first-seen order.
+CREATE FUNCTION mycelium.silent_mentions(p_text text) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT coalesce(array_agg(handle ORDER BY first_seen), '{}') FROM mycelium.mentions_in(p_text) WHERE silent
+$$;
+
+-- The await loop's text test: does p_text wake p_handle with an @handle in it?
+CREATE FUNCTION mycelium.mentions_handle(p_text text, p_handle text) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT mycelium.normalize_handle(p_handle) = ANY (mycelium.loud_mentions(p_text))
+$$;
