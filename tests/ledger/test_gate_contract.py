@@ -10,8 +10,18 @@ from typing import Any
 CONTRACT_FILE = Path(__file__).resolve().parents[2] / "contracts" / "transition-gates.json"
 CONTRACT = json.loads(CONTRACT_FILE.read_text())
 
-GATE_FIELDS = ["side_effect_class", "spendability", "retry_permission", "boundary", "state", "key_param",
-               "key_ttl", "key_validity", "key_match", "needs_repair"]
+GATE_FIELDS = [
+    "side_effect_class",
+    "spendability",
+    "retry_permission",
+    "boundary",
+    "state",
+    "key_param",
+    "key_ttl",
+    "key_validity",
+    "key_match",
+    "needs_repair",
+]
 ACTION_FIELDS = ["gate", "state", "settled", "can_reconcile", "reconciled", "blind", "defer", "death_missing"]
 
 
@@ -54,13 +64,19 @@ async def test_the_sql_gate_equals_the_contract_on_every_combination(admin_conn)
            ORDER BY i""",
         *columns,
     )
-    mismatches = [(case, row["gate"], expected_gate(case))
-                  for case, row in zip(cases, rows, strict=True) if row["gate"] != expected_gate(case)]
+    mismatches = [
+        (case, row["gate"], expected_gate(case))
+        for case, row in zip(cases, rows, strict=True)
+        if row["gate"] != expected_gate(case)
+    ]
     assert not mismatches, f"{len(mismatches)} mismatches, first: {mismatches[:3]}"
     # every rule of the contract decides at least one combination (no dead rule)
-    used = {(t, first_rule_n(t, c)) for c in cases
-            for t in ("side_effecting", "read_only")
-            if c["side_effect_class"] in CONTRACT[t]["applies_to"]["side_effect_class"]}
+    used = {
+        (t, first_rule_n(t, c))
+        for c in cases
+        for t in ("side_effecting", "read_only")
+        if c["side_effect_class"] in CONTRACT[t]["applies_to"]["side_effect_class"]
+    }
     for table in ("side_effecting", "read_only"):
         for rule in CONTRACT[table]["rules"]:
             assert (table, rule["n"]) in used, f"{table} rule {rule['n']} never decides"
@@ -75,8 +91,10 @@ def first_rule_n(table: str, case: dict[str, Any]) -> int:
 
 async def test_what_the_claim_does_after_each_gate_equals_the_contract(admin_conn):
     spec = CONTRACT["claim_actions"]
-    cases = [dict(zip(ACTION_FIELDS, v, strict=True))
-             for v in itertools.product(*(spec["inputs"][f] for f in ACTION_FIELDS))]
+    cases = [
+        dict(zip(ACTION_FIELDS, v, strict=True))
+        for v in itertools.product(*(spec["inputs"][f] for f in ACTION_FIELDS))
+    ]
     columns = [[c[f] for c in cases] for f in ACTION_FIELDS]
     rows = await admin_conn.fetch(
         """SELECT mycelium.claim_action(g, st, se, cr, rc, bl, df, dm) AS action
@@ -85,8 +103,11 @@ async def test_what_the_claim_does_after_each_gate_equals_the_contract(admin_con
            ORDER BY i""",
         *columns,
     )
-    mismatches = [(c, r["action"]) for c, r in zip(cases, rows, strict=True)
-                  if r["action"] != first_match(spec["rules"], c, "action")]
+    mismatches = [
+        (c, r["action"])
+        for c, r in zip(cases, rows, strict=True)
+        if r["action"] != first_match(spec["rules"], c, "action")
+    ]
     assert not mismatches, f"{len(mismatches)} mismatches, first: {mismatches[:3]}"
 
 
@@ -96,7 +117,9 @@ async def test_class_defaults_and_aliases_in_sql_equal_the_contract(admin_conn):
             """SELECT mycelium.default_retry_permission($1) AS r, mycelium.default_spendability($1) AS s,
                       mycelium.capability_floor($1, false, false) AS plain,
                       mycelium.capability_floor($1, true, false) AS key_param,
-                      mycelium.capability_floor($1, false, true) AS reconciler""", cls)
+                      mycelium.capability_floor($1, false, true) AS reconciler""",
+            cls,
+        )
         assert (row["r"], row["s"]) == (d["retry_permission"], d["spendability"]), cls
         assert {k: row[k] for k in ("plain", "key_param", "reconciler")} == d["capability"], cls
         assert await admin_conn.fetchval("SELECT mycelium.side_effect_class($1)", cls) == cls
@@ -107,9 +130,13 @@ async def test_class_defaults_and_aliases_in_sql_equal_the_contract(admin_conn):
 
 async def test_the_closed_sets_of_the_table_are_the_contract_s(admin_conn):
     """Each CHECK constraint admits exactly the contract's values (and nothing else)."""
-    checks = {r["conname"]: r["def"] for r in await admin_conn.fetch(
-        "SELECT conname, pg_get_constraintdef(oid) AS def FROM pg_constraint"
-        " WHERE conrelid = 'mycelium.transitions'::regclass AND contype = 'c'")}
+    checks = {
+        r["conname"]: r["def"]
+        for r in await admin_conn.fetch(
+            "SELECT conname, pg_get_constraintdef(oid) AS def FROM pg_constraint"
+            " WHERE conrelid = 'mycelium.transitions'::regclass AND contype = 'c'"
+        )
+    }
     text = " ".join(checks.values())
     for field in ("side_effect_class", "spendability", "retry_permission", "boundary"):
         for value in CONTRACT["inputs"][field]:
