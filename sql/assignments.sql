@@ -445,7 +445,9 @@ $$;
 -- Seconds until the next held lease runs out (NULL when none is held), so a sweeper sleeps
 -- exactly as long as it may.
 CREATE FUNCTION mycelium.next_lease_expiry() RETURNS double precision LANGUAGE sql STABLE AS $$
-  SELECT greatest(0, extract(epoch FROM min(mycelium.task_lease_end(a.claimed_at, a.ttl_minutes)) - now()))::double precision
+  SELECT CASE WHEN min(mycelium.task_lease_end(a.claimed_at, a.ttl_minutes)) IS NOT NULL THEN
+           greatest(0, extract(epoch FROM min(mycelium.task_lease_end(a.claimed_at, a.ttl_minutes)) - now()))
+         END::double precision
   FROM mycelium.assignments a
   WHERE a.state = 'held'
     AND NOT EXISTS (SELECT 1 FROM mycelium.lease_expiries e WHERE e.claim_id = a.claim_id)
