@@ -1,0 +1,155 @@
+"""Receipts: a per-agent hash chain computed by the database, append-only, verifiable in SQL, signed
+with the hub's Ed25519 key and verifiable offline from an export and the public key alone."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import asyncpg
+import pytest
+
+from mycelium.ledger import receipts as r
+from tests.ledger.conftest import claim
+
+
+async def completed(conn, rid: str, agent: str = "agent-1", result: str = '{"ok": 1}') -> None:
+    await claim(conn, rid, "w:1", agent=agent)
+    await conn.execute("SELECT 1 FROM mycelium.complete($1, 'w:1', 1, $2::jsonb)", rid, result)
+
+
+async def export(conn) -> list[dict]:
+    return [dict(x) for x in await conn.fetch("SELECT * FROM mycelium.receipt_export ORDER BY id")]
+
+
+async def test_each_terminal_transition_and_release_appends_a_chained_receipt(admin_conn):
+    await completed(admin_conn, "a")
+    await claim(admin_conn, "b", "w:1")
+    await admin_conn.execute("SELECT 1 FROM mycelium.advance_boundary('b', 'w:1', 1, 'maybe_crossed')")
+    await admin_conn.execute("SELECT 1 FROM mycelium.fail('b', 'w:1', 1, 'timeout')")
+    await admin_conn.execute(
+        "SELECT 1 FROM mycelium.release('b', 'not_executed', 'ann', 'no charge at provider')"
+    )
+    rows = await export(admin_conn)
+    assert [(x["seq"], x["kind"], x["outcome"], x["verified"]) for x in rows] == [
+        (1, "tool", "COMPLETED", None),
+        (2, "tool", "UNKNOWN", None),
+        (3, "release", "UNKNOWN", "not_executed"),
+    ]
+    assert rows[0]["prev_hash"] is None and rows[1]["prev_hash"] == rows[0]["hash"]
+    assert rows[0]["outputs_hash"] and rows[2]["resolved_by"] == "ann"
+    for x in rows:  # the offline renderer produces the database's bytes
+        assert r.receipt_hash(x["prev_hash"], x) == x["hash"]
+    assert await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain()") == []
+    t = await admin_conn.fetchrow("SELECT receipt_ref FROM mycelium.transitions WHERE request_id = 'b'")
+    assert t["receipt_ref"] == rows[2]["receipt_id"]
+
+
+async def test_receipts_refuse_updates_and_deletes_even_for_their_owner(admin_conn):
+    await completed(admin_conn, "a")
+    for sql in (
+        "UPDATE mycelium.receipts SET outcome = 'FAILED_BEFORE_EFFECT'",
+        "DELETE FROM mycelium.receipts",
+        "TRUNCATE mycelium.receipts CASCADE",
+    ):
+        for role in (None, "mycelium_admin"):
+            async with admin_conn.transaction():
+                if role:
+                    await admin_conn.execute(f"SET LOCAL ROLE {role}")
+                with pytest.raises(asyncpg.PostgresError) as info:
+                    await admin_conn.execute(sql)
+                assert json.loads(info.value.detail)["error"] == "append_only"
+    assert len(await export(admin_conn)) == 1
+
+
+async def test_a_chain_broken_by_a_superuser_is_reported_by_the_verifier(admin_conn):
+    for i in range(5):
+        await completed(admin_conn, f"r{i}")
+    await completed(admin_conn, "other", agent="agent-2")
+    async with admin_conn.transaction():
+        await admin_conn.execute("SET LOCAL session_replication_role = replica")  # triggers off
+        await admin_conn.execute(
+            "UPDATE mycelium.receipts SET outcome = 'FAILED_BEFORE_EFFECT' WHERE seq = 2"
+            " AND agent_id = 'agent-1'"
+        )
+        await admin_conn.execute("DELETE FROM mycelium.receipts WHERE seq = 4 AND agent_id = 'agent-1'")
+        await admin_conn.execute("DELETE FROM mycelium.receipts WHERE seq = 5 AND agent_id = 'agent-1'")
+    problems = [
+        (p["agent_id"], p["seq"], p["problem"])
+        for p in await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain()")
+    ]
+    assert ("agent-1", 2, "content does not match its hash (edited)") in problems
+    assert any(s == 5 and "head is at seq 5" in text for _, s, text in problems)
+    assert all(a == "agent-1" for a, _, _ in problems)
+    assert await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain('agent-2')") == []
+    await admin_conn.execute("SET session_replication_role = replica")
+    await admin_conn.execute("DELETE FROM mycelium.receipts WHERE seq = 2 AND agent_id = 'agent-1'")
+    await admin_conn.execute("SET session_replication_role = origin")
+    gaps = [
+        p["problem"] for p in await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain('agent-1')")
+    ]
+    assert any("gap: seq" in g for g in gaps)
+
+
+async def test_concurrent_completions_of_one_agent_form_one_unbroken_chain(db_dsn, admin_conn):
+    async def worker(k: int) -> None:
+        conn = await asyncpg.connect(db_dsn)
+        try:
+            for i in range(15):
+                await completed(conn, f"w{k}-{i}")
+        finally:
+            await conn.close()
+
+    await asyncio.gather(*(worker(k) for k in range(6)))
+    seqs = [x["seq"] for x in await export(admin_conn)]
+    assert sorted(seqs) == list(range(1, 91))
+    assert await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain('agent-1')") == []
+
+
+async def test_signed_receipts_verify_offline_with_the_public_key_alone(admin_conn, tmp_path):
+    keys = r.KeyStore(tmp_path / "keys")
+    key = keys.current()
+    await r.register(admin_conn, key)
+    for i in range(3):
+        await completed(admin_conn, f"r{i}")
+    assert await r.sign_pending(admin_conn, key) == 3
+    assert await r.sign_pending(admin_conn, key) == 0
+    exported = json.loads(json.dumps(await export(admin_conn), default=str))  # as written to JSONL
+    ring = r.load_public_keys(key.public_pem())
+    assert r.verify_records(exported, ring) == (3, [])
+
+    tampered = [dict(x) for x in exported]
+    tampered[1]["outcome"] = "FAILED_BEFORE_EFFECT"
+    tampered[2]["signature"] = tampered[0]["signature"]
+    problems = {(p["seq"], p["problem"].split(" (")[0]) for p in r.verify_records(tampered, ring)[1]}
+    assert problems == {(2, "content does not match its hash"), (3, "bad signature")}
+    assert r.verify_records(exported[:1] + exported[2:], ring)[1][0]["problem"].startswith("gap")
+    assert r.verify_records(exported, {})[1][0]["problem"].startswith("signed with unknown key")
+
+    await completed(admin_conn, "unsigned")
+    last = json.loads(json.dumps((await export(admin_conn))[-1], default=str))
+    assert [p["problem"] for p in r.verify_records([*exported, last], ring)[1]] == ["unsigned"]
+
+
+async def test_a_rotated_key_signs_from_then_on_and_old_signatures_stay_valid(admin_conn, tmp_path):
+    keys = r.KeyStore(tmp_path / "keys")
+    old = keys.current()
+    await r.register(admin_conn, old)
+    await completed(admin_conn, "a")
+    await r.sign_pending(admin_conn, old)
+    new = await r.rotate(admin_conn, keys)
+    assert keys.current().key_id == new.key_id != old.key_id
+    await completed(admin_conn, "b")
+    with pytest.raises(asyncpg.PostgresError, match="not registered or retired"):
+        await r.sign_pending(admin_conn, old)
+    await r.sign_pending(admin_conn, new)
+    rows = json.loads(json.dumps(await export(admin_conn), default=str))
+    assert [x["key_id"] for x in rows] == [old.key_id, new.key_id]
+    ring = r.load_public_keys(
+        json.dumps({"keys": [{"key_id": k.key_id, "public_key": k.public_bytes.hex()} for k in (old, new)]})
+    )
+    assert r.verify_records(rows, ring) == (2, [])
+    retired = await admin_conn.fetchval(
+        "SELECT retired_at FROM mycelium.receipt_keys WHERE key_id = $1", old.key_id
+    )
+    assert retired is not None
