@@ -218,10 +218,10 @@ DECLARE
 BEGIN
   IF p_body IS NOT NULL AND (strpos(p_body, '[[') > 0 OR strpos(p_body, 'myc://') > 0) THEN
     masked := mycelium.link_code_mask(p_body);
-    LOOP
-      s := regexp_instr(masked, re, p);
-      EXIT WHEN s = 0;
-      found_text := regexp_substr(masked, re, s);
+    -- One pass for every match; each is found again from the last one's end with strpos, which
+    -- lands where the pattern matched (it has no anchors: an earlier copy would have matched first).
+    FOR found_text IN SELECT m[1] FROM regexp_matches(masked, re, 'g') m LOOP
+      s := strpos(substr(masked, p), found_text) + p - 1;
       p := s + length(found_text);
       label := NULL;
       IF starts_with(found_text, '![[') THEN
@@ -243,7 +243,7 @@ BEGIN
       IF kind = 'uri' AND ref !~ '^myc://.' THEN
         CONTINUE;
       END IF;
-      SELECT * INTO r FROM mycelium.link_ref(p_room, ref);
+      r := mycelium.link_ref(p_room, ref);
       CONTINUE WHEN r.target IS NULL;
       n := n + 1;
       ord := n;
@@ -267,7 +267,7 @@ BEGIN
         FROM jsonb_array_elements(CASE jsonb_typeof(v) WHEN 'array' THEN v ELSE jsonb_build_array(v) END) e
         WHERE jsonb_typeof(e) = 'string'
       LOOP
-        SELECT * INTO r FROM mycelium.link_ref(p_room, ref);
+        r := mycelium.link_ref(p_room, ref);
         CONTINUE WHEN r.target IS NULL;
         n := n + 1;
         ord := n;
@@ -379,9 +379,18 @@ BEGIN
 END
 $$;
 
+-- Whether a text may hold a link or a heading at all: most writes are prose, and skip the parser.
+CREATE FUNCTION mycelium.may_link(p_body text, p_meta jsonb) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT strpos(p_body, '[[') > 0 OR strpos(p_body, 'myc://') > 0 OR strpos(p_body, '#') > 0
+      OR coalesce(p_meta ?| ARRAY['supersedes', 'superseded-by', 'depends-on', 'part-of', 'relates-to'], false)
+$$;
+
 CREATE FUNCTION mycelium.memories_derive_links() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM mycelium.derive_links(NEW.room, NEW.key, NEW.body, NEW.meta, TG_OP = 'INSERT');
+  IF mycelium.may_link(NEW.body, NEW.meta) OR (TG_OP = 'UPDATE' AND mycelium.may_link(OLD.body, OLD.meta)) THEN
+    PERFORM mycelium.derive_links(NEW.room, NEW.key, NEW.body, NEW.meta, TG_OP = 'INSERT');
+  END IF;
   RETURN NULL;
 END
 $$;
@@ -391,23 +400,14 @@ CREATE TRIGGER memories_derive_links_on_update AFTER UPDATE ON mycelium.memories
   FOR EACH ROW WHEN (OLD.value IS DISTINCT FROM NEW.value OR OLD.meta IS DISTINCT FROM NEW.meta)
   EXECUTE FUNCTION mycelium.memories_derive_links();
 
--- The link tables say only what the memories say: a row arrives or leaves through derive_links, or
--- leaves with its memory (the FK cascade runs after the memory row is gone).
+-- The link tables say only what the memories say: rows arrive and leave through derive_links, or
+-- leave with their memory (the foreign key's cascade, which runs inside the delete's own trigger).
+-- Checked once per statement, so a write with many links pays for it once.
 CREATE FUNCTION mycelium.refuse_link_write() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-  source_key text;
 BEGIN
-  IF TG_LEVEL = 'ROW' AND current_setting('mycelium.deriving_links', true) = 'on' THEN
-    IF TG_OP = 'DELETE' THEN
-      RETURN OLD;
-    END IF;
-    RETURN NEW;
-  END IF;
-  IF TG_LEVEL = 'ROW' AND TG_OP = 'DELETE' THEN
-    source_key := to_jsonb(OLD) ->> CASE TG_TABLE_NAME WHEN 'memory_links' THEN 'source_key' ELSE 'key' END;
-    IF NOT EXISTS (SELECT 1 FROM mycelium.memories m WHERE m.room = OLD.room AND m.key = source_key) THEN
-      RETURN OLD;
-    END IF;
+  IF current_setting('mycelium.deriving_links', true) = 'on'
+     OR (TG_OP = 'DELETE' AND pg_trigger_depth() > 1) THEN
+    RETURN NULL;
   END IF;
   PERFORM mycelium.refuse(409, 'derived_table',
     format('%s is derived from the memories'' text: write the memory instead (%s refused)',
@@ -415,13 +415,9 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER memory_links_derived BEFORE INSERT OR UPDATE OR DELETE ON mycelium.memory_links
-  FOR EACH ROW EXECUTE FUNCTION mycelium.refuse_link_write();
-CREATE TRIGGER memory_anchors_derived BEFORE INSERT OR UPDATE OR DELETE ON mycelium.memory_anchors
-  FOR EACH ROW EXECUTE FUNCTION mycelium.refuse_link_write();
-CREATE TRIGGER memory_links_no_truncate BEFORE TRUNCATE ON mycelium.memory_links
+CREATE TRIGGER memory_links_derived BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON mycelium.memory_links
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.refuse_link_write();
-CREATE TRIGGER memory_anchors_no_truncate BEFORE TRUNCATE ON mycelium.memory_anchors
+CREATE TRIGGER memory_anchors_derived BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON mycelium.memory_anchors
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.refuse_link_write();
 
 -- Re-derive every memory's links (one room, or all): run it after a change to the parser.
