@@ -6,9 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from mycelium.cli import board, db, memory, mirror, room, up
+from mycelium.cli import board, db, demo, memory, mirror, receipts, room, run, transitions, up
 
-GROUPS = [up, db, room, memory, mirror, board]
+GROUPS = [up, db, room, memory, mirror, board, transitions, receipts, run, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:
