@@ -483,8 +483,8 @@ END
 $$;
 
 -- The room's link graph: a node per memory (outbound = its links that stay in the room, inbound =
--- resolved links pointing at it), an edge per link.
-CREATE FUNCTION mycelium.link_graph(p_room text) RETURNS jsonb
+-- resolved links pointing at it), an edge per link. json, not jsonb: built once and sent as it is.
+CREATE FUNCTION mycelium.link_graph(p_room text) RETURNS json
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
   PERFORM mycelium.require_room(p_room);
@@ -493,20 +493,20 @@ BEGIN
     outs AS (SELECT source_key AS key, count(*) FILTER (WHERE cross_room IS NULL) AS n
              FROM edges GROUP BY source_key),
     ins AS (SELECT target AS key, count(*) AS n FROM edges WHERE resolved GROUP BY target)
-    SELECT jsonb_build_object(
+    SELECT json_build_object(
       'nodes', coalesce((
-        SELECT jsonb_agg(jsonb_build_object('key', m.key, 'expandable', mycelium.is_expandable(m.meta),
-                                            'outbound', coalesce(o.n, 0), 'inbound', coalesce(i.n, 0))
-                         ORDER BY m.key)
+        SELECT json_agg(json_build_object('key', m.key, 'expandable', mycelium.is_expandable(m.meta),
+                                          'outbound', coalesce(o.n, 0), 'inbound', coalesce(i.n, 0))
+                        ORDER BY m.key)
         FROM mycelium.memories m
         LEFT JOIN outs o ON o.key = m.key LEFT JOIN ins i ON i.key = m.key
         WHERE m.room = p_room), '[]'),
       'edges', coalesce((
-        SELECT jsonb_agg(jsonb_build_object('source', e.source_key, 'target', e.target, 'kind', e.kind,
-                                            'anchor', e.anchor, 'relation', e.relation,
-                                            'cross_room', e.cross_room, 'resolved', e.resolved,
-                                            'error', e.error)
-                         ORDER BY e.source_key, e.ord)
+        SELECT json_agg(json_build_object('source', e.source_key, 'target', e.target, 'kind', e.kind,
+                                          'anchor', e.anchor, 'relation', e.relation,
+                                          'cross_room', e.cross_room, 'resolved', e.resolved,
+                                          'error', e.error)
+                        ORDER BY e.source_key, e.ord)
         FROM edges e), '[]'))
   );
 END
@@ -514,7 +514,7 @@ $$;
 
 -- Broken links, and the memories no resolved link reaches: orphans (nothing in, nothing out),
 -- roots (nothing in, links out) and leaves (links in, nothing out).
-CREATE FUNCTION mycelium.link_integrity(p_room text) RETURNS jsonb
+CREATE FUNCTION mycelium.link_integrity(p_room text) RETURNS json
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
   PERFORM mycelium.require_room(p_room);
@@ -526,12 +526,17 @@ BEGIN
              EXISTS (SELECT 1 FROM edges e WHERE e.source_key = m.key) AS has_out
       FROM mycelium.memories m WHERE m.room = p_room
     )
-    SELECT jsonb_build_object(
-      'broken', coalesce((SELECT jsonb_agg(mycelium.link_json(e) ORDER BY e.source_key, e.ord)
-                          FROM edges e WHERE NOT e.resolved), '[]'),
-      'orphans', coalesce((SELECT jsonb_agg(key ORDER BY key) FROM degree WHERE NOT has_in AND NOT has_out), '[]'),
-      'roots', coalesce((SELECT jsonb_agg(key ORDER BY key) FROM degree WHERE NOT has_in AND has_out), '[]'),
-      'leaves', coalesce((SELECT jsonb_agg(key ORDER BY key) FROM degree WHERE has_in AND NOT has_out), '[]'),
+    SELECT json_build_object(
+      'broken', coalesce((
+        SELECT json_agg(json_build_object('source', e.source_key, 'target', e.target, 'kind', e.kind,
+                                          'anchor', e.anchor, 'label', e.label, 'relation', e.relation,
+                                          'raw', e.raw, 'cross_room', e.cross_room, 'resolved', e.resolved,
+                                          'error', e.error)
+                        ORDER BY e.source_key, e.ord)
+        FROM edges e WHERE NOT e.resolved), '[]'),
+      'orphans', coalesce((SELECT json_agg(key ORDER BY key) FROM degree WHERE NOT has_in AND NOT has_out), '[]'),
+      'roots', coalesce((SELECT json_agg(key ORDER BY key) FROM degree WHERE NOT has_in AND has_out), '[]'),
+      'leaves', coalesce((SELECT json_agg(key ORDER BY key) FROM degree WHERE has_in AND NOT has_out), '[]'),
       'total_memories', (SELECT count(*) FROM degree),
       'total_links', (SELECT count(*) FROM edges))
   );

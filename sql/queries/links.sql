@@ -4,10 +4,11 @@
 SELECT mycelium.memory_links_of($1, $2)
 
 -- name: link_graph
-SELECT mycelium.link_graph($1)
+-- as JSON text: the route sends the database's document as it is
+SELECT mycelium.link_graph($1)::text
 
 -- name: link_integrity
-SELECT mycelium.link_integrity($1)
+SELECT mycelium.link_integrity($1)::text
 
 -- name: expand_memory
 SELECT mycelium.expand_memory($1, $2)

@@ -7,7 +7,9 @@ when they are read, so these routes only ask it. They sit on a sibling router (`
 
 from __future__ import annotations
 
-from litestar import Controller, get
+from typing import Any
+
+from litestar import Controller, MediaType, Response, get
 from litestar.params import FromPath
 from pydantic import BaseModel
 
@@ -87,6 +89,10 @@ class ExpandedMemory(BaseModel):
     found: bool
 
 
+def _json(document: str) -> Response[Any]:
+    return Response(document.encode(), media_type=MediaType.JSON)
+
+
 class LinksController(Controller):
     path = "/api/rooms/{room:str}/links"
 
@@ -96,12 +102,13 @@ class LinksController(Controller):
         return MemoryLinks.model_validate(await hub.db.fetchval(q("memory_links_of"), room, key.lstrip("/")))
 
     @get("/graph")
-    async def graph(self, hub: HubDep, room: FromPath[str]) -> LinkGraph:
-        return LinkGraph.model_validate(await hub.db.fetchval(q("link_graph"), room))
+    async def graph(self, hub: HubDep, room: FromPath[str]) -> Response[LinkGraph]:
+        """The whole room's graph; the database builds the document and it is sent as it is."""
+        return _json(await hub.db.fetchval(q("link_graph"), room))
 
     @get("/integrity")
-    async def integrity(self, hub: HubDep, room: FromPath[str]) -> LinkIntegrity:
-        return LinkIntegrity.model_validate(await hub.db.fetchval(q("link_integrity"), room))
+    async def integrity(self, hub: HubDep, room: FromPath[str]) -> Response[LinkIntegrity]:
+        return _json(await hub.db.fetchval(q("link_integrity"), room))
 
     @get("/expand")
     async def expand(self, hub: HubDep, room: FromPath[str], key: KeyQuery) -> ExpandedMemory:
