@@ -57,7 +57,7 @@ class MalformedFile(ValueError):
 def parse_file(text: str) -> ParsedFile:
     """Split a markdown file into frontmatter and body (a file without frontmatter is all body)."""
     if not text.startswith("---\n"):
-        return ParsedFile({}, text)
+        return ParsedFile({}, text[:-1] if text.endswith("\n") else text)
     end = text.find("\n---\n", 4)
     if end < 0:
         if text.rstrip().endswith("\n---"):
