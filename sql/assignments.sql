@@ -77,35 +77,44 @@ CREATE FUNCTION mycelium.waiting_on(p_room text, p_key text) RETURNS text[] LANG
     AND NOT mycelium.row_settled(m.meta, a.state)
 $$;
 
--- Every work/ row's lease as readers see it. `assignment` is the derived state: unclaimed,
--- held, expired, released or resolved; `freshness` is fresh (< half the ttl spent), stale (< all)
--- or expired; an expired lease's note says so (nothing is written).
-CREATE VIEW mycelium.lease_states AS
-  SELECT m.room, m.key, m.episode, m.version,
-         mycelium.memory_title(m.value, m.meta) AS title,
-         s.assignment,
-         a.state AS stored_state,
-         a.owner, a.claimed_at, a.ttl_minutes,
-         mycelium.task_lease_end(a.claimed_at, a.ttl_minutes) AS expires_at,
+-- A work/ row's lease as readers see it. `assignment` is the derived state: unclaimed, held,
+-- expired, released or resolved; `freshness` is fresh (< half the ttl spent), stale (< all) or
+-- expired; an expired lease's note says so (nothing is written). Built from the memory and its
+-- lease row (NULL when never leased), so the verbs can answer from the rows they just wrote.
+CREATE TYPE mycelium.lease_read AS (
+  room text, key text, episode text, version integer, title text, assignment text, stored_state text,
+  owner text, claimed_at timestamptz, ttl_minutes integer, expires_at timestamptz, freshness text,
+  assignment_note text, assignment_note_by text, waiting_on text[], claim_id bigint, lease_version integer
+);
+
+CREATE FUNCTION mycelium.lease_read(m mycelium.memories, a mycelium.assignments) RETURNS mycelium.lease_read
+LANGUAGE sql STABLE AS $$
+  SELECT m.room, m.key, m.episode, m.version, mycelium.memory_title(m.value, m.meta),
+         s.assignment, a.state, a.owner, a.claimed_at, a.ttl_minutes,
+         mycelium.task_lease_end(a.claimed_at, a.ttl_minutes),
          CASE WHEN a.claimed_at IS NULL OR a.ttl_minutes IS NULL THEN NULL
               WHEN now() >= mycelium.task_lease_end(a.claimed_at, a.ttl_minutes) THEN 'expired'
               WHEN (now() - a.claimed_at) * 2 < make_interval(mins => a.ttl_minutes) THEN 'fresh'
-              ELSE 'stale' END AS freshness,
+              ELSE 'stale' END,
          CASE WHEN s.assignment = 'expired' THEN format('expired — @%s stopped renewing', a.owner)
-              ELSE a.note END AS assignment_note,
-         CASE WHEN s.assignment = 'expired' THEN 'runtime' ELSE a.note_by END AS assignment_note_by,
-         mycelium.waiting_on(m.room, m.key) AS waiting_on,
-         a.claim_id,
-         coalesce(a.version, 0) AS lease_version,
-         m.meta
+              ELSE a.note END,
+         CASE WHEN s.assignment = 'expired' THEN 'runtime' ELSE a.note_by END,
+         mycelium.waiting_on(m.room, m.key),
+         a.claim_id, coalesce(a.version, 0)
+  FROM (SELECT CASE
+          WHEN a.state IS NULL THEN 'unclaimed'
+          WHEN a.state <> 'held' THEN a.state
+          WHEN a.owner IS NULL THEN 'unclaimed'
+          WHEN now() < mycelium.task_lease_end(a.claimed_at, a.ttl_minutes) THEN 'held'
+          ELSE 'expired' END AS assignment) s
+$$;
+
+-- Every work/ row's lease.
+CREATE VIEW mycelium.lease_states AS
+  SELECT l.*
   FROM mycelium.memories m
   LEFT JOIN mycelium.assignments a ON a.room = m.room AND a.key = m.key
-  CROSS JOIN LATERAL (SELECT CASE
-    WHEN a.state IS NULL THEN 'unclaimed'
-    WHEN a.state <> 'held' THEN a.state
-    WHEN a.owner IS NULL THEN 'unclaimed'
-    WHEN now() < mycelium.task_lease_end(a.claimed_at, a.ttl_minutes) THEN 'held'
-    ELSE 'expired' END AS assignment) s
+  CROSS JOIN LATERAL mycelium.lease_read(m, a) l
   WHERE mycelium.is_assignable_key(m.key);
 
 -- Every board row with what a board shows: status, kind, priority, lease, what it waits on, and
@@ -272,39 +281,45 @@ CREATE TRIGGER assignments_before_delete BEFORE DELETE ON mycelium.assignments
 -- Verbs.
 
 -- The lease of one work/ row, or the refusal upstream gives: 422 outside work/, 404 if missing.
-CREATE FUNCTION mycelium.read_assignment(p_room text, p_key text) RETURNS mycelium.lease_states
+CREATE FUNCTION mycelium.read_assignment(p_room text, p_key text) RETURNS mycelium.lease_read
 LANGUAGE plpgsql STABLE AS $$
-DECLARE r mycelium.lease_states;
+DECLARE
+  m mycelium.memories;
+  a mycelium.assignments;
 BEGIN
-  PERFORM mycelium.require_room(p_room);
   IF NOT mycelium.is_assignable_key(coalesce(p_key, '')) THEN
+    PERFORM mycelium.require_room(p_room);
     PERFORM mycelium.refuse(422, 'not_assignable',
       format('leases live on work/ memories; %L is elsewhere', p_key), jsonb_build_object('key', p_key));
   END IF;
-  SELECT * INTO r FROM mycelium.lease_states WHERE room = p_room AND key = p_key;
+  SELECT * INTO m FROM mycelium.memories WHERE room = p_room AND key = p_key;
   IF NOT FOUND THEN
+    PERFORM mycelium.require_room(p_room);
     PERFORM mycelium.refuse(404, 'memory_not_found', format('no memory %L in this room', p_key),
                             jsonb_build_object('room', p_room, 'key', p_key));
   END IF;
-  RETURN r;
+  SELECT * INTO a FROM mycelium.assignments WHERE room = p_room AND key = p_key;
+  RETURN mycelium.lease_read(m, a);
 END
 $$;
 
--- Lock the work/ row (so claimants of one row queue up) and return its current lease, if any.
-CREATE FUNCTION mycelium.lock_task_lease(p_room text, p_key text, OUT a mycelium.assignments)
+-- Lock the work/ row (so claimants of one row queue up) and return it.
+CREATE FUNCTION mycelium.lock_task_lease(p_room text, p_key text) RETURNS mycelium.memories
 LANGUAGE plpgsql AS $$
+DECLARE m mycelium.memories;
 BEGIN
-  PERFORM mycelium.require_room(p_room);
   IF NOT mycelium.is_assignable_key(coalesce(p_key, '')) THEN
+    PERFORM mycelium.require_room(p_room);
     PERFORM mycelium.refuse(422, 'not_assignable',
       format('leases live on work/ memories; %L is elsewhere', p_key), jsonb_build_object('key', p_key));
   END IF;
-  PERFORM 1 FROM mycelium.memories WHERE room = p_room AND key = p_key FOR NO KEY UPDATE;
+  SELECT * INTO m FROM mycelium.memories WHERE room = p_room AND key = p_key FOR NO KEY UPDATE;
   IF NOT FOUND THEN
+    PERFORM mycelium.require_room(p_room);
     PERFORM mycelium.refuse(404, 'memory_not_found', format('no memory %L in this room', p_key),
                             jsonb_build_object('room', p_room, 'key', p_key));
   END IF;
-  SELECT * INTO a FROM mycelium.assignments WHERE room = p_room AND key = p_key FOR UPDATE;
+  RETURN m;
 END
 $$;
 
@@ -312,10 +327,11 @@ $$;
 -- the same holder refreshes; an expired lease is taken over. With the dependency gate on (and no
 -- p_force) a row that still waits on something -> 409 with waiting_on.
 CREATE FUNCTION mycelium.claim_task(p_room text, p_key text, p_handle text, p_ttl_minutes integer DEFAULT 30,
-                               p_force boolean DEFAULT false)
-RETURNS mycelium.lease_states LANGUAGE plpgsql AS $$
+                                    p_force boolean DEFAULT false)
+RETURNS mycelium.lease_read LANGUAGE plpgsql AS $$
 DECLARE
   h text := mycelium.board_require_handle(p_handle);
+  m mycelium.memories;
   a mycelium.assignments;
   waits text[];
 BEGIN
@@ -324,7 +340,8 @@ BEGIN
                             jsonb_build_object('key', p_key));
   END IF;
   PERFORM set_config('mycelium.actor', h, true);
-  a := mycelium.lock_task_lease(p_room, p_key);
+  m := mycelium.lock_task_lease(p_room, p_key);
+  SELECT * INTO a FROM mycelium.assignments WHERE room = p_room AND key = p_key FOR UPDATE;
   IF a.key IS NOT NULL AND mycelium.task_lease_live(a) AND a.owner <> h THEN
     PERFORM mycelium.refuse(409, 'lease_held', format('%L is held by @%s', p_key, a.owner),
       jsonb_build_object('key', p_key, 'owner', a.owner, 'claimed_at', a.claimed_at,
@@ -339,59 +356,70 @@ BEGIN
   END IF;
   IF a.key IS NULL THEN
     INSERT INTO mycelium.assignments (room, key, state, owner, claimed_at, ttl_minutes, claim_id)
-    VALUES (p_room, p_key, 'held', h, now(), p_ttl_minutes, nextval('mycelium.claim_ids'));
+    VALUES (p_room, p_key, 'held', h, now(), p_ttl_minutes, nextval('mycelium.claim_ids'))
+    RETURNING * INTO a;
   ELSE
     UPDATE mycelium.assignments
     SET state = 'held', owner = h, claimed_at = now(), ttl_minutes = p_ttl_minutes, note = NULL,
         note_by = NULL, claim_id = nextval('mycelium.claim_ids')
-    WHERE room = p_room AND key = p_key;
+    WHERE room = p_room AND key = p_key
+    RETURNING * INTO a;
   END IF;
-  RETURN mycelium.read_assignment(p_room, p_key);
+  RETURN mycelium.lease_read(m, a);
 END
 $$;
 
 -- Release: the row is free again, with a note (default 'released') and who left it.
 CREATE FUNCTION mycelium.release_task(p_room text, p_key text, p_handle text, p_note text DEFAULT NULL)
-RETURNS mycelium.lease_states LANGUAGE plpgsql AS $$
+RETURNS mycelium.lease_read LANGUAGE plpgsql AS $$
 DECLARE
   h text := mycelium.board_require_handle(p_handle);
+  m mycelium.memories;
   a mycelium.assignments;
+  v_note text := coalesce(nullif(btrim(p_note), ''), 'released');
 BEGIN
   PERFORM set_config('mycelium.actor', h, true);
-  a := mycelium.lock_task_lease(p_room, p_key);
+  m := mycelium.lock_task_lease(p_room, p_key);
+  SELECT * INTO a FROM mycelium.assignments WHERE room = p_room AND key = p_key FOR UPDATE;
   IF a.key IS NULL THEN
     INSERT INTO mycelium.assignments (room, key, state, note, note_by)
-    VALUES (p_room, p_key, 'released', coalesce(nullif(btrim(p_note), ''), 'released'), h);
+    VALUES (p_room, p_key, 'released', v_note, h)
+    RETURNING * INTO a;
   ELSE
     UPDATE mycelium.assignments
-    SET state = 'released', owner = NULL, claimed_at = NULL, ttl_minutes = NULL,
-        note = coalesce(nullif(btrim(p_note), ''), 'released'), note_by = h
-    WHERE room = p_room AND key = p_key;
+    SET state = 'released', owner = NULL, claimed_at = NULL, ttl_minutes = NULL, note = v_note,
+        note_by = h
+    WHERE room = p_room AND key = p_key
+    RETURNING * INTO a;
   END IF;
-  RETURN mycelium.read_assignment(p_room, p_key);
+  RETURN mycelium.lease_read(m, a);
 END
 $$;
 
 -- Resolve: the work is done. Dependents that now wait on nothing get their `unblocked` notice in
 -- this same transaction (trigger).
 CREATE FUNCTION mycelium.resolve_task(p_room text, p_key text, p_handle text)
-RETURNS mycelium.lease_states LANGUAGE plpgsql AS $$
+RETURNS mycelium.lease_read LANGUAGE plpgsql AS $$
 DECLARE
   h text := mycelium.board_require_handle(p_handle);
+  m mycelium.memories;
   a mycelium.assignments;
 BEGIN
   PERFORM set_config('mycelium.actor', h, true);
-  a := mycelium.lock_task_lease(p_room, p_key);
+  m := mycelium.lock_task_lease(p_room, p_key);
+  SELECT * INTO a FROM mycelium.assignments WHERE room = p_room AND key = p_key FOR UPDATE;
   IF a.key IS NULL THEN
     INSERT INTO mycelium.assignments (room, key, state, note, note_by)
-    VALUES (p_room, p_key, 'resolved', format('resolved by @%s', h), h);
+    VALUES (p_room, p_key, 'resolved', format('resolved by @%s', h), h)
+    RETURNING * INTO a;
   ELSE
     UPDATE mycelium.assignments
     SET state = 'resolved', claimed_at = NULL, ttl_minutes = NULL,
         note = format('resolved by @%s', h), note_by = h
-    WHERE room = p_room AND key = p_key;
+    WHERE room = p_room AND key = p_key
+    RETURNING * INTO a;
   END IF;
-  RETURN mycelium.read_assignment(p_room, p_key);
+  RETURN mycelium.lease_read(m, a);
 END
 $$;
 

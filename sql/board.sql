@@ -210,21 +210,24 @@ $$;
 CREATE FUNCTION mycelium.raise_unblocked(p_room text, p_settled text[], p_by text) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-  d record;
+  dependent text;
+  m mycelium.memories;
+  lease_state text;
   n integer := 0;
 BEGIN
-  FOR d IN
-    SELECT m.key, m.value, m.meta, m.episode
-    FROM mycelium.memories m
-    LEFT JOIN mycelium.assignments a ON a.room = m.room AND a.key = m.key
-    WHERE m.room = p_room AND mycelium.is_assignable_key(m.key)
-      AND m.key IN (SELECT dd.key FROM mycelium.board_dependencies dd
-                    WHERE dd.room = p_room AND dd.depends_on = ANY (p_settled))
-      AND NOT mycelium.row_settled(m.meta, a.state)
-      AND cardinality(mycelium.waiting_on(p_room, m.key)) = 0
-    ORDER BY m.key
+  -- the dependents, found from the settled rows' backlinks (an index scan, however big the board)
+  FOR dependent IN
+    SELECT DISTINCT l.source_key FROM mycelium.memory_links l
+    WHERE l.room = p_room AND l.target = ANY (p_settled) AND l.kind = 'relation'
+      AND l.relation = 'depends-on' AND l.cross_room IS NULL AND mycelium.is_assignable_key(l.source_key)
+    ORDER BY 1
   LOOP
-    PERFORM mycelium.row_notice(p_room, 'unblocked', d.key, d.value, d.meta, d.episode,
+    SELECT * INTO m FROM mycelium.memories WHERE room = p_room AND key = dependent;
+    CONTINUE WHEN NOT FOUND;
+    SELECT a.state INTO lease_state FROM mycelium.assignments a WHERE a.room = p_room AND a.key = dependent;
+    CONTINUE WHEN mycelium.row_settled(m.meta, lease_state)
+               OR cardinality(mycelium.waiting_on(p_room, dependent)) > 0;
+    PERFORM mycelium.row_notice(p_room, 'unblocked', dependent, m.value, m.meta, m.episode,
                                 jsonb_build_object('by', p_by, 'after', to_jsonb(p_settled)));
     n := n + 1;
   END LOOP;

@@ -1,0 +1,260 @@
+"""The board under contention: 32 agents claim -> resolve 1,000 rows, through the SQL functions
+directly and through the HTTP API of a real hub process, in the same run.
+
+Each agent walks the rows in its own random order and tries to claim every row it has not seen
+resolved; a 409 (someone else holds it) sends it to the next row, a 200 is followed by a resolve.
+All agents work one room, so every claim and resolve also appends its notice to that room's
+timeline. Reported per path: cycles/s (rows resolved / wall time), p50/p99 latency of claim calls
+(refused ones included), refused claims, and double claims, counted from the database afterwards:
+a row whose timeline shows a second ``claimed`` while an earlier claim was neither resolved nor
+released. Next to them, the floor: a bare ``SELECT 1`` round trip from 32 connections (what any SQL
+call costs here) and ``GET /health`` through the same hub (what any HTTP call costs).
+
+    python bench/board.py                    # 1,000 rows, 32 agents, 3 runs per path
+    python bench/board.py --rows 300 --runs 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _report import machine, stamp, table, write_section
+from mycelium.db import migrate
+from mycelium.db.embedded import EmbeddedPostgres
+from tests.support.processes import HubProcess
+
+Claim = Callable[[str, str], Awaitable[bool]]  # ("<room> <key>", handle)
+Resolve = Callable[[str, str], Awaitable[None]]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def work(rows: list[str], agents: int, claim: Claim, resolve: Resolve, seed: int) -> dict[str, float]:
+    """Run the agents to completion; wall time, claim latencies and refusals."""
+    done: set[str] = set()
+    latencies: list[float] = []
+    refused = 0
+
+    async def agent(i: int) -> None:
+        nonlocal refused
+        order = rows[:]
+        random.Random(seed * 1000 + i).shuffle(order)
+        while len(done) < len(rows):
+            progressed = False
+            for key in order:
+                if key in done:
+                    continue
+                t0 = time.perf_counter()
+                ok = await claim(key, f"agent{i}")
+                latencies.append(time.perf_counter() - t0)
+                if not ok:
+                    refused += 1
+                    continue
+                await resolve(key, f"agent{i}")
+                done.add(key)
+                progressed = True
+            if not progressed:
+                await asyncio.sleep(0.001)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(agent(i) for i in range(agents)))
+    wall = time.perf_counter() - start
+    return {"wall": wall, "cycles_s": len(rows) / wall, "p50_ms": pct(latencies, 0.5) * 1000,
+            "p99_ms": pct(latencies, 0.99) * 1000, "refused": refused, "claims": len(latencies)}
+
+
+async def double_claims(conn: asyncpg.Connection, room: str) -> int:
+    """Rows whose timeline shows a claim while an earlier one was still open."""
+    rows = await conn.fetch(
+        "SELECT payload->>'key' AS key, payload->>'subkind' AS s FROM mycelium.messages"
+        " WHERE room = $1 AND payload_type = 'notice' AND payload->>'subkind' IN ('claimed', 'released', 'resolved')"
+        " ORDER BY position", room)
+    open_claim: dict[str, bool] = {}
+    doubles = 0
+    for r in rows:
+        if r["s"] == "claimed":
+            if open_claim.get(r["key"]):
+                doubles += 1
+            open_claim[r["key"]] = True
+        else:
+            open_claim[r["key"]] = False
+    return doubles
+
+
+async def file_rows(conn: asyncpg.Connection, prefix: str, n: int, rooms: int) -> list[str]:
+    """n rows spread over ``rooms`` rooms; a row is named '<room> <key>'."""
+    names = [f"{prefix}-{j}" for j in range(rooms)]
+    for name in names:
+        await conn.execute("SELECT mycelium.create_room($1)", name)
+    out = []
+    for i in range(n):
+        room = names[i % rooms]
+        out.append(room + " " + await conn.fetchval("SELECT key FROM mycelium.create_task($1, $2, 'bench')",
+                                                    room, f"row {i}"))
+    return out
+
+
+async def select1_rate(pool: asyncpg.Pool, agents: int, calls: int) -> float:
+    async def one() -> None:
+        for _ in range(calls // agents):
+            await pool.fetchval("SELECT 1")
+    start = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(agents)))
+    return calls / (time.perf_counter() - start)
+
+
+async def health_rate(client: httpx.AsyncClient, url: str, agents: int, calls: int) -> float:
+    async def one() -> None:
+        for _ in range(calls // agents):
+            (await client.get(f"{url}/health")).raise_for_status()
+    start = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(agents)))
+    return calls / (time.perf_counter() - start)
+
+
+async def run(args: argparse.Namespace) -> None:
+    server = None
+    if os.environ.get("DATABASE_URL"):
+        admin = os.environ["DATABASE_URL"]
+    else:
+        server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="mycelium-bench-")))
+        admin = server.attach()
+    conn0 = await asyncpg.connect(admin)
+    await conn0.execute("DROP DATABASE IF EXISTS bench_board WITH (FORCE)")
+    await conn0.execute("CREATE DATABASE bench_board")
+    await conn0.close()
+    parts = urlsplit(admin)
+    dsn = urlunsplit((parts.scheme, parts.netloc, "/bench_board", parts.query, parts.fragment))
+    await asyncio.to_thread(migrate.upgrade, dsn)
+    conn = await asyncpg.connect(dsn)
+    pool = await asyncpg.create_pool(dsn, min_size=args.agents, max_size=args.agents)
+    hub = HubProcess(data_dir=Path(tempfile.mkdtemp(prefix="mycelium-bench-hub-")) / "data", database_url=dsn,
+                     extra=["--no-mirror", "--log-level", "warning"],
+                     env={"MYCELIUM_POOL_MAX_SIZE": str(args.agents), "MYCELIUM_POOL_MIN_SIZE": "4"})
+    layouts = [1, args.spread] if args.spread > 1 else [1]
+    results: dict[tuple[str, int], list[dict[str, float]]] = {}
+    floors: dict[str, list[float]] = {"sql": [], "http": []}
+    try:
+        hub.wait_ready()
+        limits = httpx.Limits(max_connections=args.agents, max_keepalive_connections=args.agents)
+        async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+
+            async def sql_claim(row: str, who: str) -> bool:
+                room, key = row.split(" ", 1)
+                try:
+                    await pool.execute("SELECT 1 FROM mycelium.claim_task($1, $2, $3)", room, key, who)
+                    return True
+                except asyncpg.PostgresError as exc:
+                    if exc.sqlstate != "MY409":
+                        raise
+                    return False
+
+            async def sql_resolve(row: str, who: str) -> None:
+                room, key = row.split(" ", 1)
+                await pool.execute("SELECT 1 FROM mycelium.resolve_task($1, $2, $3)", room, key, who)
+
+            async def http_claim(row: str, who: str) -> bool:
+                room, key = row.split(" ", 1)
+                resp = await client.post(f"{hub.url}/api/rooms/{room}/assignments/claim",
+                                         json={"key": key, "handle": who})
+                if resp.status_code == 409:
+                    return False
+                resp.raise_for_status()
+                return True
+
+            async def http_resolve(row: str, who: str) -> None:
+                room, key = row.split(" ", 1)
+                resp = await client.post(f"{hub.url}/api/rooms/{room}/assignments/resolve",
+                                         json={"key": key, "handle": who})
+                resp.raise_for_status()
+
+            paths = {"sql": (sql_claim, sql_resolve), "http": (http_claim, http_resolve)}
+            for r in range(args.runs):
+                for rooms in layouts:
+                    for path, (claim, resolve) in paths.items():
+                        prefix = f"{path}-{rooms}-{r}"
+                        rows = await file_rows(conn, prefix, args.rows, rooms)
+                        res = await work(rows, args.agents, claim, resolve, r)
+                        res["doubles"] = sum([await double_claims(conn, f"{prefix}-{j}") for j in range(rooms)])
+                        results.setdefault((path, rooms), []).append(res)
+                        print(f"run {r + 1}, {rooms} room(s), {path}: {res['cycles_s']:,.0f} cycles/s", flush=True)
+                floors["sql"].append(await select1_rate(pool, args.agents, args.floor_calls))
+                floors["http"].append(await health_rate(client, hub.url, args.agents, args.floor_calls))
+    finally:
+        hub.stop()
+        await pool.close()
+        await conn.close()
+        if server is not None:
+            server.detach()
+
+    def med(key: tuple[str, int], field: str) -> float:
+        return statistics.median(x[field] for x in results[key])
+
+    labels = {"sql": "SQL functions (asyncpg pool)", "http": "HTTP API (one hub process)"}
+    rows_out = []
+    for rooms in layouts:
+        for path in ("sql", "http"):
+            key = (path, rooms)
+            each = ", ".join(f"{x['cycles_s']:,.0f}" for x in results[key])
+            rows_out.append([
+                labels[path], str(rooms), f"**{med(key, 'cycles_s'):,.0f}** ({each})",
+                f"{med(key, 'p50_ms'):.1f}", f"{med(key, 'p99_ms'):.1f}",
+                f"{med(key, 'refused'):,.0f} / {med(key, 'claims'):,.0f}",
+                str(sum(int(x["doubles"]) for x in results[key])),
+            ])
+    text = f"""## Board: claim -> resolve under contention
+
+`python bench/board.py` — {stamp()}; {machine()}; PostgreSQL 18 embedded (synchronous_commit on).
+{args.agents} agents, {args.rows:,} `work/` rows; each agent walks the rows in its own random order
+and claims every row it has not seen resolved (409 -> next row; 200 -> resolve). Cycles/s = rows
+resolved / wall time: median of {args.runs} runs (each run in brackets). The machine has 2 cores,
+shared by the database, the hub process and this client, and while this ran by other engineers'
+test runs: the numbers are noisy.
+
+{table(["path", "rooms", "cycles/s", "claim p50 ms", "claim p99 ms", "refused / claim calls",
+        "double claims"], rows_out)}
+
+Floor, same run (median): `SELECT 1` from {args.agents} pooled connections
+{statistics.median(floors["sql"]):,.0f} calls/s; `GET /health` through the same hub
+{statistics.median(floors["http"]):,.0f} calls/s.
+
+Double claims are counted from the timeline after each run (a second `claimed` for a row before
+its `resolved` or `released`), summed over all runs. Every claim and resolve appends its notice to
+the room's timeline in the same transaction; positions are allocated under one counter row per room,
+held until commit, so in one room all agents' writes commit one after another. Spreading the same
+rows over {args.spread} rooms shows what the lease logic does when that counter is not shared.
+"""
+    write_section("board", text)
+    print(text)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=1000)
+    p.add_argument("--agents", type=int, default=32)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--floor-calls", type=int, default=3200)
+    p.add_argument("--spread", type=int, default=8, help="also run with the rows spread over this many rooms")
+    asyncio.run(run(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
