@@ -51,7 +51,8 @@ class Served:
     server: uvicorn.Server
 
     def client(self, **kwargs: object) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.url, timeout=30.0, **kwargs)  # type: ignore[arg-type]
+        kwargs.setdefault("timeout", 30.0)
+        return httpx.AsyncClient(base_url=self.url, **kwargs)  # type: ignore[arg-type]
 
 
 @contextlib.asynccontextmanager
