@@ -197,135 +197,97 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $re$
       || '|myc://[^][()<>"''`[:space:]]*'
 $re$;
 
+-- The relation keys of frontmatter, in the order their edges are listed.
+CREATE FUNCTION mycelium.link_relations() RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT ARRAY['supersedes', 'superseded-by', 'depends-on', 'part-of', 'relates-to']
+$$;
+
+-- The links of a text whose code is already blanked (p_masked = link_code_mask(p_body)): body links
+-- in text order, then frontmatter relations. One regex pass finds the matches; splitting on the same
+-- pattern gives the text between them, and the running length of both is where each match starts.
+CREATE FUNCTION mycelium.parse_masked_links(p_room text, p_body text, p_masked text, p_meta jsonb)
+RETURNS TABLE (ord integer, target text, kind text, anchor text, label text, relation text,
+               raw text, cross_room text, pos integer)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  WITH tokens AS (
+    SELECT m[1] AS tok, n FROM regexp_matches(p_masked, mycelium.link_pattern(), 'g') WITH ORDINALITY AS t(m, n)
+  ), gaps AS (
+    SELECT g, n FROM regexp_split_to_table(p_masked, mycelium.link_pattern()) WITH ORDINALITY AS s(g, n)
+  ), placed AS (
+    SELECT t.n, t.tok,
+           (sum(length(g.g) + length(t.tok)) OVER (ORDER BY t.n) - length(t.tok) + 1)::integer AS pos
+    FROM tokens t JOIN gaps g ON g.n = t.n
+  ), read AS (
+    SELECT p.n, p.pos, c.kind, c.ref, c.md_label,
+           CASE WHEN c.kind = 'uri' AND NOT starts_with(p.tok, '[') THEN length(c.ref) ELSE length(p.tok) END AS span
+    FROM placed p CROSS JOIN LATERAL (
+      SELECT CASE WHEN starts_with(p.tok, '![[') THEN 'transclusion'
+                  WHEN starts_with(p.tok, '[[') THEN 'wikilink' ELSE 'uri' END AS kind,
+             CASE WHEN starts_with(p.tok, '![[') THEN substr(p.tok, 4, length(p.tok) - 5)
+                  WHEN starts_with(p.tok, '[[') THEN substr(p.tok, 3, length(p.tok) - 4)
+                  WHEN starts_with(p.tok, '[') THEN substring(p.tok FROM '\]\((.*)\)$')
+                  ELSE regexp_replace(p.tok, '[.,;:!?]+$', '')  -- a sentence ends, and the URI with it
+             END AS ref,
+             CASE WHEN starts_with(p.tok, '[') AND NOT starts_with(p.tok, '[[')
+                  THEN nullif(btrim(substring(p.tok FROM '^\[(.*)\]\(')), '') END AS md_label
+    ) c
+  ), links AS (
+    SELECT 1 AS part, r.n AS n1, 0::bigint AS n2, r.kind, l.target, l.anchor,
+           coalesce(l.label, r.md_label) AS label, NULL::text AS relation,
+           substr(p_body, r.pos, r.span) AS raw, l.cross_room, r.pos
+    FROM read r CROSS JOIN LATERAL mycelium.link_ref(p_room, r.ref) l
+    WHERE l.target IS NOT NULL AND (r.kind <> 'uri' OR r.ref ~ '^myc://.')
+    UNION ALL
+    SELECT 2, k.n, e.n, 'relation', l.target, l.anchor, l.label, k.rel, k.rel || ': ' || (e.v #>> '{}'),
+           l.cross_room, NULL
+    FROM unnest(mycelium.link_relations()) WITH ORDINALITY AS k(rel, n)
+    CROSS JOIN LATERAL jsonb_array_elements(
+      CASE jsonb_typeof(p_meta -> k.rel) WHEN 'array' THEN p_meta -> k.rel
+                                         WHEN 'string' THEN jsonb_build_array(p_meta -> k.rel)
+                                         ELSE '[]' END) WITH ORDINALITY AS e(v, n)
+    CROSS JOIN LATERAL mycelium.link_ref(p_room, e.v #>> '{}') l
+    WHERE jsonb_typeof(p_meta) = 'object' AND jsonb_typeof(e.v) = 'string' AND l.target IS NOT NULL
+  )
+  SELECT (row_number() OVER (ORDER BY part, n1, n2))::integer, target, kind, anchor, label, relation, raw,
+         cross_room, pos
+  FROM links
+  ORDER BY part, n1, n2
+$$;
+
 -- Every link a memory makes, in text order: body links first (pos = where raw starts in the body),
 -- then frontmatter relations. Code (fenced or inline) is never parsed.
 CREATE FUNCTION mycelium.parse_links(p_room text, p_body text, p_meta jsonb DEFAULT '{}')
 RETURNS TABLE (ord integer, target text, kind text, anchor text, label text, relation text,
                raw text, cross_room text, pos integer)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
-DECLARE
-  re text := mycelium.link_pattern();
-  masked text;
-  found_text text;
-  ref text;
-  md text[];
-  r record;
-  rel text;
-  v jsonb;
-  p integer := 1;
-  s integer;
-  n integer := 0;
-BEGIN
-  IF p_body IS NOT NULL AND (strpos(p_body, '[[') > 0 OR strpos(p_body, 'myc://') > 0) THEN
-    masked := mycelium.link_code_mask(p_body);
-    -- One pass for every match; each is found again from the last one's end with strpos, which
-    -- lands where the pattern matched (it has no anchors: an earlier copy would have matched first).
-    FOR found_text IN SELECT m[1] FROM regexp_matches(masked, re, 'g') m LOOP
-      s := strpos(substr(masked, p), found_text) + p - 1;
-      p := s + length(found_text);
-      label := NULL;
-      IF starts_with(found_text, '![[') THEN
-        kind := 'transclusion';
-        ref := substr(found_text, 4, length(found_text) - 5);
-      ELSIF starts_with(found_text, '[[') THEN
-        kind := 'wikilink';
-        ref := substr(found_text, 3, length(found_text) - 4);
-      ELSIF starts_with(found_text, '[') THEN
-        kind := 'uri';
-        md := regexp_match(found_text, '^\[(.*)\]\((.*)\)$');
-        ref := md[2];
-        label := nullif(btrim(md[1]), '');
-      ELSE
-        kind := 'uri';
-        found_text := regexp_replace(found_text, '[.,;:!?]+$', '');  -- a sentence ends, the URI too
-        ref := found_text;
-      END IF;
-      IF kind = 'uri' AND ref !~ '^myc://.' THEN
-        CONTINUE;
-      END IF;
-      r := mycelium.link_ref(p_room, ref);
-      CONTINUE WHEN r.target IS NULL;
-      n := n + 1;
-      ord := n;
-      target := r.target;
-      anchor := r.anchor;
-      label := coalesce(r.label, label);
-      relation := NULL;
-      raw := substr(p_body, s, length(found_text));
-      cross_room := r.cross_room;
-      pos := s;
-      RETURN NEXT;
-    END LOOP;
-  END IF;
-
-  IF p_meta IS NOT NULL AND jsonb_typeof(p_meta) = 'object' THEN
-    FOREACH rel IN ARRAY ARRAY['supersedes', 'superseded-by', 'depends-on', 'part-of', 'relates-to'] LOOP
-      v := p_meta -> rel;
-      CONTINUE WHEN v IS NULL;
-      FOR ref IN
-        SELECT e #>> '{}'
-        FROM jsonb_array_elements(CASE jsonb_typeof(v) WHEN 'array' THEN v ELSE jsonb_build_array(v) END) e
-        WHERE jsonb_typeof(e) = 'string'
-      LOOP
-        r := mycelium.link_ref(p_room, ref);
-        CONTINUE WHEN r.target IS NULL;
-        n := n + 1;
-        ord := n;
-        kind := 'relation';
-        target := r.target;
-        anchor := r.anchor;
-        label := r.label;
-        relation := rel;
-        raw := rel || ': ' || ref;
-        cross_room := r.cross_room;
-        pos := NULL;
-        RETURN NEXT;
-      END LOOP;
-    END LOOP;
-  END IF;
-END
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT * FROM mycelium.parse_masked_links(p_room, p_body, mycelium.link_code_mask(p_body), p_meta)
 $$;
 
--- The headings of a text outside code, in order: line number, level and anchor slug. A repeated
--- slug gets "-1", "-2", ... as GitHub does; an empty heading has slug '' (it still ends a section).
+-- The headings of a text whose code is blanked, in order: line number, level and anchor slug
+-- (the heading's own text, closing #s dropped). A repeated slug gets "-1", "-2", ... as on GitHub;
+-- an empty heading has slug '' (it has no anchor, but it still ends a section).
+CREATE FUNCTION mycelium.masked_outline(p_body text, p_masked text)
+RETURNS TABLE (line integer, level integer, slug text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  WITH heads AS (
+    SELECT x.n::integer AS line, length(substring(x.masked FROM '^ {0,3}(#{1,6})')) AS level,
+           mycelium.link_slug(regexp_replace(regexp_replace(regexp_replace(x.orig,
+             '^ {0,3}#{1,6}', ''), '[ \t\r]+$', ''), '(^|[ \t])#+$', '')) AS base
+    FROM unnest(string_to_array(p_body, E'\n'), string_to_array(p_masked, E'\n'))
+         WITH ORDINALITY AS x(orig, masked, n)
+    WHERE strpos(p_body, '#') > 0 AND x.masked ~ '^ {0,3}#{1,6}([ \t]|\r?$)'
+  )
+  SELECT line, level,
+         CASE WHEN base = '' OR dup = 0 THEN base ELSE base || '-' || dup END
+  FROM (SELECT h.*, row_number() OVER (PARTITION BY base ORDER BY line) - 1 AS dup FROM heads h) d
+  ORDER BY line
+$$;
+
 CREATE FUNCTION mycelium.memory_outline(p_body text)
 RETURNS TABLE (line integer, level integer, slug text)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
-DECLARE
-  lines text[];
-  masked text[];
-  seen text[] := '{}';
-  m text[];
-  heading text;
-  base text;
-  k integer;
-BEGIN
-  IF p_body IS NULL OR strpos(p_body, '#') = 0 THEN
-    RETURN;
-  END IF;
-  lines := string_to_array(p_body, E'\n');
-  masked := string_to_array(mycelium.link_code_mask(p_body), E'\n');
-  FOR i IN 1 .. coalesce(array_length(lines, 1), 0) LOOP
-    m := regexp_match(masked[i], '^ {0,3}(#{1,6})([ \t]|\r?$)');
-    CONTINUE WHEN m IS NULL;
-    heading := regexp_replace(lines[i], '^ {0,3}#{1,6}', '');
-    heading := regexp_replace(heading, '[ \t\r]+$', '');
-    heading := regexp_replace(heading, '(^|[ \t])#+$', '');  -- an optional closing run of #
-    line := i;
-    level := length(m[1]);
-    base := mycelium.link_slug(heading);
-    slug := base;
-    IF base <> '' THEN
-      k := 0;
-      WHILE slug = ANY (seen) LOOP
-        k := k + 1;
-        slug := base || '-' || k;
-      END LOOP;
-      seen := seen || slug;
-    END IF;
-    RETURN NEXT;
-  END LOOP;
-END
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT * FROM mycelium.masked_outline(p_body, mycelium.link_code_mask(p_body))
 $$;
 
 -- The text under a heading: from the line after it up to the next heading of the same or a higher
@@ -362,6 +324,8 @@ $$;
 
 CREATE FUNCTION mycelium.derive_links(p_room text, p_key text, p_body text, p_meta jsonb, p_fresh boolean)
 RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  masked text := mycelium.link_code_mask(p_body);
 BEGIN
   PERFORM set_config('mycelium.deriving_links', 'on', true);
   IF NOT p_fresh THEN
@@ -371,10 +335,10 @@ BEGIN
   INSERT INTO mycelium.memory_links (room, source_key, ord, target, kind, anchor, label, relation, raw,
                                      cross_room, pos)
   SELECT p_room, p_key, l.ord, l.target, l.kind, l.anchor, l.label, l.relation, l.raw, l.cross_room, l.pos
-  FROM mycelium.parse_links(p_room, p_body, p_meta) l;
+  FROM mycelium.parse_masked_links(p_room, p_body, masked, p_meta) l;
   INSERT INTO mycelium.memory_anchors (room, key, anchor, level, line)
   SELECT p_room, p_key, o.slug, o.level, o.line
-  FROM mycelium.memory_outline(p_body) o WHERE o.slug <> '';
+  FROM mycelium.masked_outline(p_body, masked) o WHERE o.slug <> '';
   PERFORM set_config('mycelium.deriving_links', '', true);
 END
 $$;
@@ -383,13 +347,24 @@ $$;
 CREATE FUNCTION mycelium.may_link(p_body text, p_meta jsonb) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT strpos(p_body, '[[') > 0 OR strpos(p_body, 'myc://') > 0 OR strpos(p_body, '#') > 0
-      OR coalesce(p_meta ?| ARRAY['supersedes', 'superseded-by', 'depends-on', 'part-of', 'relates-to'], false)
+      OR coalesce(p_meta ?| mycelium.link_relations(), false)
 $$;
 
+-- Re-derive when what links are made of changed: the body, or a relation key of the frontmatter
+-- (a status field written on a board row changes neither).
 CREATE FUNCTION mycelium.memories_derive_links() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  IF mycelium.may_link(NEW.body, NEW.meta) OR (TG_OP = 'UPDATE' AND mycelium.may_link(OLD.body, OLD.meta)) THEN
-    PERFORM mycelium.derive_links(NEW.room, NEW.key, NEW.body, NEW.meta, TG_OP = 'INSERT');
+  IF TG_OP = 'UPDATE' THEN
+    IF NEW.body IS NOT DISTINCT FROM OLD.body
+       AND NOT EXISTS (SELECT 1 FROM unnest(mycelium.link_relations()) r
+                       WHERE NEW.meta -> r IS DISTINCT FROM OLD.meta -> r) THEN
+      RETURN NULL;
+    END IF;
+    IF mycelium.may_link(NEW.body, NEW.meta) OR mycelium.may_link(OLD.body, OLD.meta) THEN
+      PERFORM mycelium.derive_links(NEW.room, NEW.key, NEW.body, NEW.meta, false);
+    END IF;
+  ELSIF mycelium.may_link(NEW.body, NEW.meta) THEN
+    PERFORM mycelium.derive_links(NEW.room, NEW.key, NEW.body, NEW.meta, true);
   END IF;
   RETURN NULL;
 END

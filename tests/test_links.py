@@ -358,16 +358,20 @@ async def test_rebuild_re_derives_the_same_rows_and_a_room_delete_takes_them_alo
     assert await admin_conn.fetchval("SELECT count(*) FROM mycelium.memory_anchors") == 0
 
 
-async def test_an_embedding_only_update_does_not_re_derive(client, room, admin_conn):
+async def test_only_a_change_of_body_or_relations_re_derives_the_links(client, room, admin_conn):
     await write(client, {"key": "a", "value": "[[b]]", "embed": False})
     row_versions = "SELECT xmin::text FROM mycelium.memory_links WHERE room = 'r' AND source_key = 'a'"
     before = await admin_conn.fetch(row_versions)
     updated = await admin_conn.fetchval(
         "SELECT mycelium.set_embedding('r', 'a', 1, array_fill(0.1, ARRAY[384])::vector)")
     assert updated is True
+    await write(client, {"key": "a", "value": "[[b]]", "meta": {"status": "open"}, "tags": ["t"]})
     assert await admin_conn.fetch(row_versions) == before
-    await write(client, {"key": "a", "value": "[[b]]", "meta": {"k": 1}})
-    assert await admin_conn.fetch(row_versions) != before
+
+    await write(client, {"key": "a", "value": "[[b]]", "meta": {"part-of": "c"}})
+    assert [x["target"] for x in (await links(client, "a"))["outbound"]] == ["b", "c"]
+    await write(client, {"key": "a", "value": "[[b]] and [[d]]"})
+    assert [x["target"] for x in (await links(client, "a"))["outbound"]] == ["b", "d", "c"]
 
 
 async def test_the_auditor_can_read_every_link_view_but_write_nothing(client, room, admin_conn):
