@@ -92,7 +92,7 @@ def compile_sql(stmt: Select[Any]) -> tuple[str, list[Any]]:
 def _count(haystack: ColumnElement[str], needle: str) -> ColumnElement[int]:
     """Non-overlapping occurrences of ``needle`` (what ``str.count`` counts)."""
     removed = func.length(haystack) - func.length(func.replace(haystack, needle, ""))
-    return removed.op("/")(len(needle))  # integer division, as in SQL
+    return removed.self_group().op("/")(len(needle))  # integer division
 
 
 def text_score(query: grammar.SearchQuery, lowered: ColumnElement[str]) -> ColumnElement[Any]:
