@@ -410,6 +410,27 @@ BEGIN
 END
 $$;
 
+-- The auditor's check that the index says what the memories say: every memory (of one room, or
+-- all) whose stored links or anchors differ from a fresh parse of its text. Always empty, unless
+-- someone went around the triggers.
+CREATE FUNCTION mycelium.link_drift(p_room text DEFAULT NULL) RETURNS TABLE (room text, key text)
+LANGUAGE sql STABLE AS $$
+  SELECT m.room, m.key
+  FROM mycelium.memories m
+  WHERE (p_room IS NULL OR m.room = p_room)
+    AND (ARRAY(SELECT row(l.ord, l.target, l.kind, l.anchor, l.label, l.relation, l.raw, l.cross_room, l.pos)::text
+               FROM mycelium.memory_links l WHERE l.room = m.room AND l.source_key = m.key ORDER BY l.ord)
+         IS DISTINCT FROM
+         ARRAY(SELECT row(p.ord, p.target, p.kind, p.anchor, p.label, p.relation, p.raw, p.cross_room, p.pos)::text
+               FROM mycelium.parse_links(m.room, m.body, m.meta) p ORDER BY p.ord)
+      OR ARRAY(SELECT row(a.anchor, a.level, a.line)::text
+               FROM mycelium.memory_anchors a WHERE a.room = m.room AND a.key = m.key ORDER BY a.line)
+         IS DISTINCT FROM
+         ARRAY(SELECT row(o.slug, o.level, o.line)::text
+               FROM mycelium.memory_outline(m.body) o WHERE o.slug <> '' ORDER BY o.line))
+  ORDER BY m.room, m.key
+$$;
+
 -- ---------------------------------------------------------------------------------------------
 -- Reading: links resolved against the room as it is now.
 

@@ -3,6 +3,7 @@ read (backlinks, graph, integrity); transclusion expands depth 1 into expandable
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -387,6 +388,52 @@ async def test_the_auditor_can_read_every_link_view_but_write_nothing(client, ro
         async with admin_conn.transaction():
             await admin_conn.execute("SET LOCAL ROLE mycelium_auditor")
             await admin_conn.execute("SELECT mycelium.rebuild_links()")
+
+
+async def test_concurrent_writers_of_one_memory_never_leave_links_behind_its_text(db_dsn, admin_conn):
+    """Eight connections (eight server backends) rewrite one memory and its neighbours at once, through
+    the verb and through plain UPDATEs; the links always match the text that won."""
+    await admin_conn.execute("SELECT mycelium.create_room('r')")
+    await admin_conn.execute("SELECT mycelium.write_memory('r', 'hot', '\"start\"', 'setup')")
+
+    async def writer(i: int) -> None:
+        conn = await asyncpg.connect(db_dsn)
+        await setup_connection(conn)
+        try:
+            for j in range(15):
+                body = f"# W{i}\nround {j}: [[t/{i}/{j}]] myc://t/{j % 3} ![[g#W{i}]]"
+                if (i + j) % 2:
+                    await conn.execute("UPDATE mycelium.memories SET value = $1 WHERE room = 'r' AND key = 'hot'",
+                                       {"text": body})
+                else:
+                    await conn.execute("SELECT 1 FROM mycelium.write_memory('r', $1, $2, 'w', p_meta => $3)",
+                                       "hot" if j % 3 else f"side/{i}", body, {"relates-to": [f"t/{j}"]})
+        finally:
+            await conn.close()
+
+    await asyncio.gather(*(writer(i) for i in range(8)))
+    assert await admin_conn.fetch("SELECT * FROM mycelium.link_drift()") == []
+    body = await admin_conn.fetchval("SELECT body FROM mycelium.memories WHERE room = 'r' AND key = 'hot'")
+    stored = await admin_conn.fetch(
+        "SELECT target FROM mycelium.memory_links WHERE room = 'r' AND source_key = 'hot' AND kind <> 'relation'"
+        " ORDER BY ord")
+    assert [r["target"] for r in stored] == [
+        body.split("[[")[1].split("]]")[0], "t/" + body.split("myc://t/")[1].split(" ")[0], "g"]
+
+
+async def test_link_drift_finds_rows_written_around_the_triggers(client, room, admin_conn):
+    await write(client, {"key": "a", "value": "# A\n[[b]]", "meta": {"part-of": "c"}})
+    assert await admin_conn.fetch("SELECT * FROM mycelium.link_drift('r')") == []
+    around = admin_conn.transaction()
+    await around.start()
+    try:
+        await admin_conn.execute("ALTER TABLE mycelium.memory_links DISABLE TRIGGER memory_links_derived")
+        await admin_conn.execute("UPDATE mycelium.memory_links SET target = 'forged' WHERE ord = 1")
+        assert [tuple(r) for r in await admin_conn.fetch("SELECT * FROM mycelium.link_drift()")] == [("r", "a")]
+        await admin_conn.execute("SELECT mycelium.rebuild_links('r')")
+        assert await admin_conn.fetch("SELECT * FROM mycelium.link_drift()") == []
+    finally:
+        await around.rollback()
 
 
 # -- the CLI, against a real hub process ------------------------------------------------------------
