@@ -322,23 +322,28 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- Derivation: the trigger on memories, and a rebuild for when the parser itself changes.
 
-CREATE FUNCTION mycelium.derive_links(p_room text, p_key text, p_body text, p_meta jsonb, p_fresh boolean)
-RETURNS void LANGUAGE plpgsql AS $$
+-- Replace one memory's links and anchors with what its current text says. It reads the text itself,
+-- so no caller (the hub's role may execute it) can make the index say anything else.
+CREATE FUNCTION mycelium.derive_links(p_room text, p_key text) RETURNS void
+LANGUAGE plpgsql AS $$
 DECLARE
-  masked text := mycelium.link_code_mask(p_body);
+  m record;
+  masked text;
 BEGIN
+  SELECT room, key, body, meta INTO m FROM mycelium.memories WHERE room = p_room AND key = p_key;
   PERFORM set_config('mycelium.deriving_links', 'on', true);
-  IF NOT p_fresh THEN
-    DELETE FROM mycelium.memory_links WHERE room = p_room AND source_key = p_key;
-    DELETE FROM mycelium.memory_anchors WHERE room = p_room AND key = p_key;
+  DELETE FROM mycelium.memory_links WHERE room = p_room AND source_key = p_key;
+  DELETE FROM mycelium.memory_anchors WHERE room = p_room AND key = p_key;
+  IF m.key IS NOT NULL THEN
+    masked := mycelium.link_code_mask(m.body);
+    INSERT INTO mycelium.memory_links (room, source_key, ord, target, kind, anchor, label, relation, raw,
+                                       cross_room, pos)
+    SELECT m.room, m.key, l.ord, l.target, l.kind, l.anchor, l.label, l.relation, l.raw, l.cross_room, l.pos
+    FROM mycelium.parse_masked_links(m.room, m.body, masked, m.meta) l;
+    INSERT INTO mycelium.memory_anchors (room, key, anchor, level, line)
+    SELECT m.room, m.key, o.slug, o.level, o.line
+    FROM mycelium.masked_outline(m.body, masked) o WHERE o.slug <> '';
   END IF;
-  INSERT INTO mycelium.memory_links (room, source_key, ord, target, kind, anchor, label, relation, raw,
-                                     cross_room, pos)
-  SELECT p_room, p_key, l.ord, l.target, l.kind, l.anchor, l.label, l.relation, l.raw, l.cross_room, l.pos
-  FROM mycelium.parse_masked_links(p_room, p_body, masked, p_meta) l;
-  INSERT INTO mycelium.memory_anchors (room, key, anchor, level, line)
-  SELECT p_room, p_key, o.slug, o.level, o.line
-  FROM mycelium.masked_outline(p_body, masked) o WHERE o.slug <> '';
   PERFORM set_config('mycelium.deriving_links', '', true);
 END
 $$;
@@ -361,10 +366,10 @@ BEGIN
       RETURN NULL;
     END IF;
     IF mycelium.may_link(NEW.body, NEW.meta) OR mycelium.may_link(OLD.body, OLD.meta) THEN
-      PERFORM mycelium.derive_links(NEW.room, NEW.key, NEW.body, NEW.meta, false);
+      PERFORM mycelium.derive_links(NEW.room, NEW.key);
     END IF;
   ELSIF mycelium.may_link(NEW.body, NEW.meta) THEN
-    PERFORM mycelium.derive_links(NEW.room, NEW.key, NEW.body, NEW.meta, true);
+    PERFORM mycelium.derive_links(NEW.room, NEW.key);
   END IF;
   RETURN NULL;
 END
@@ -402,8 +407,8 @@ DECLARE
   m record;
   n integer := 0;
 BEGIN
-  FOR m IN SELECT room, key, body, meta FROM mycelium.memories WHERE p_room IS NULL OR room = p_room LOOP
-    PERFORM mycelium.derive_links(m.room, m.key, m.body, m.meta, false);
+  FOR m IN SELECT room, key FROM mycelium.memories WHERE p_room IS NULL OR room = p_room LOOP
+    PERFORM mycelium.derive_links(m.room, m.key);
     n := n + 1;
   END LOOP;
   RETURN n;

@@ -347,6 +347,20 @@ async def test_the_link_tables_refuse_direct_writes_even_from_psql(client, room,
     assert [x["target"] for x in (await links(client, "a"))["outbound"]] == ["b"]
 
 
+async def test_the_hubs_role_can_only_re_derive_links_from_the_text(client, room, admin_conn):
+    await write(client, {"key": "a", "value": "[[b]]"})
+    async with admin_conn.transaction():
+        await admin_conn.execute("SET LOCAL ROLE mycelium_app")
+        await admin_conn.execute("SELECT mycelium.derive_links('r', 'a')")
+        assert await admin_conn.fetchval("SELECT mycelium.rebuild_links()") == 1
+        assert await admin_conn.fetch("SELECT * FROM mycelium.link_drift()") == []
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        async with admin_conn.transaction():
+            await admin_conn.execute("SET LOCAL ROLE mycelium_app")
+            await admin_conn.execute("DELETE FROM mycelium.memory_links")
+    assert [x["target"] for x in (await links(client, "a"))["outbound"]] == ["b"]
+
+
 async def test_rebuild_re_derives_the_same_rows_and_a_room_delete_takes_them_along(client, room, admin_conn):
     await write(client, {"key": "a", "value": "# A\n[[b]] ![[c#X]]", "meta": {"relates-to": ["d"]}},
                 {"key": "c", "value": "## X\nx"})
