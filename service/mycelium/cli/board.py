@@ -10,6 +10,7 @@ import yaml
 
 from mycelium.cli.client import call, fail, print_json
 from mycelium.cli.common import add_author, add_json, add_room, handle_of, path_part, room_of
+from mycelium.cli.room_messages import register_thread_commands
 
 FILTERS = ("needs-you", "in-flight", "resolved", "all")
 
@@ -91,6 +92,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     g.add_argument("--hub", action="store_true", help="the hub-wide setting instead of the room's")
     _common(g, json_out=True, author=True)
     g.set_defaults(func=_gate)
+
+    register_thread_commands(bsub)
 
 
 def _common(p: argparse.ArgumentParser, *, json_out: bool = False, author: bool = False) -> None:

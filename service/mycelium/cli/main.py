@@ -6,9 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from mycelium.cli import board, db, demo, memory, mirror, receipts, room, run, transitions, up
+from mycelium.cli import board, db, demo, memory, mirror, participate, receipts, room, run, transitions, up
 
-GROUPS = [up, db, room, memory, mirror, board, transitions, receipts, run, demo]
+GROUPS = [up, db, room, memory, mirror, board, participate, transitions, receipts, run, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

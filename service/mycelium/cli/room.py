@@ -6,6 +6,7 @@ import argparse
 
 from mycelium.cli.client import call, print_json
 from mycelium.cli.common import add_author, add_json, path_part
+from mycelium.cli.room_messages import register_room_commands
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -36,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     rm = rsub.add_parser("rm", help="delete a room and everything in it")
     rm.add_argument("name")
     rm.set_defaults(func=_rm)
+
+    register_room_commands(rsub)
 
 
 def _create(args: argparse.Namespace) -> int:

@@ -1,0 +1,114 @@
+"""``mycelium await`` and ``mycelium respond``: take part in a room with two stateless calls.
+
+``await`` long-polls for the next message addressed to the handle (the hub keeps the handle's place
+in the database, so nothing is missed between turns); ``--loop`` keeps waiting, renewing the
+handle's held leases each round, and ``--exec`` runs a command per message (the message as JSON on
+stdin, its parts in ``MYCELIUM_*`` variables) whose output, if any, is the reply in the thread the
+message came from. ``respond`` posts a reply; ``[[mycelium: …]]`` markers in it become payload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+from mycelium.cli.client import call, print_json
+from mycelium.cli.common import add_json, add_room, path_part, room_of
+
+#: One poll's longest wait; the loop simply asks again.
+POLL_SECONDS = 300.0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    a = sub.add_parser("await", help="wait for the next message addressed to a handle")
+    a.add_argument("--handle", required=True, help="who is waiting")
+    where = a.add_mutually_exclusive_group()
+    where.add_argument("--task", help="wake only on this task's thread (row key or short thread id)")
+    where.add_argument("--episode", help="wake only on this thread (URN or short id)")
+    a.add_argument("--timeout", type=float, default=POLL_SECONDS,
+                   help=f"seconds to wait (default {POLL_SECONDS:.0f}; with --loop, per round)")
+    a.add_argument("--loop", action="store_true", help="keep waiting; renew held leases each round")
+    a.add_argument("--exec", dest="command", help="run this per message; its output is the reply")
+    add_room(a)
+    add_json(a)
+    a.set_defaults(func=_await)
+
+    r = sub.add_parser("respond", help="reply as a handle (markers become payload)")
+    r.add_argument("--handle", required=True, help="who is replying")
+    r.add_argument("--task", help="reply into this task's thread (row key or short thread id)")
+    r.add_argument("--episode", help="reply into this thread (URN or short id)")
+    r.add_argument("text", help="the reply ('-' reads stdin)")
+    add_room(r)
+    add_json(r)
+    r.set_defaults(func=_respond)
+
+
+def thread_of(room: str, task: str | None, episode: str | None) -> str | None:
+    """The thread a ``--task`` row (key or short id) or an ``--episode`` names; None: the room."""
+    if task:
+        return str(call("GET", f"/api/rooms/{path_part(room)}/tasks/{path_part(task)}")["episode"])
+    return episode
+
+
+def _print_message(args: argparse.Namespace, answer: dict[str, Any]) -> None:
+    if args.json:
+        print_json(answer)
+        return
+    where = "" if answer["episode"].endswith(":live") else f" [thread {answer['episode'].rsplit(':', 1)[-1]}]"
+    print(f"@{answer['sender']}{where}: {answer['prompt']}", flush=True)
+
+
+def _await(args: argparse.Namespace) -> int:
+    room = room_of(args)
+    episode = thread_of(room, args.task, args.episode)
+    base = f"/api/rooms/{path_part(room)}"
+    while True:
+        if args.loop:
+            call("POST", f"{base}/assignments/renew", json_body={"handle": args.handle}, ok=(404, 422))
+        answer = call("GET", f"{base}/await", params={"handle": args.handle, "timeout": args.timeout,
+                                                       "episode": episode}, timeout=args.timeout + 30)
+        if answer.get("message") is None:
+            if args.loop:
+                continue
+            if args.json:
+                print_json(answer)
+            return 1  # nothing came: a shell loop can tell
+        if args.command:
+            _run(args, room, answer)
+        else:
+            _print_message(args, answer)
+        if not args.loop:
+            return 0
+
+
+def _run(args: argparse.Namespace, room: str, answer: dict[str, Any]) -> None:
+    env = {**os.environ, "MYCELIUM_ROOM": room, "MYCELIUM_HANDLE": args.handle,
+           "MYCELIUM_PROMPT": answer["prompt"], "MYCELIUM_SENDER": answer["sender"],
+           "MYCELIUM_EPISODE": answer["episode"], "MYCELIUM_MESSAGE_ID": answer["message_id"]}
+    done = subprocess.run(args.command, shell=True, input=json.dumps(answer), text=True,
+                          capture_output=True, env=env, check=False)
+    if done.stderr:
+        sys.stderr.write(done.stderr)
+    if done.returncode != 0:
+        print(f"--exec exited with {done.returncode}; no reply sent", file=sys.stderr)
+        return
+    text = done.stdout.strip()
+    if text:
+        call("POST", f"/api/rooms/{path_part(room)}/reply",
+             json_body={"handle": args.handle, "text": text, "episode": answer["episode"]})
+
+
+def _respond(args: argparse.Namespace) -> int:
+    room = room_of(args)
+    text = sys.stdin.read() if args.text == "-" else args.text
+    body = {"handle": args.handle, "text": text, "episode": thread_of(room, args.task, args.episode)}
+    sent = call("POST", f"/api/rooms/{path_part(room)}/reply", json_body=body)
+    if args.json:
+        print_json(sent)
+    else:
+        print(f"sent {sent['message_id']}")
+    return 0

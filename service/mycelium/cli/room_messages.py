@@ -1,0 +1,161 @@
+"""The room's chat verbs: ``mycelium room send|messages|search|watch`` and, scoped to one task row,
+``mycelium board send|messages <row>`` (the same calls with the row's thread, not a second
+implementation)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import httpx
+
+from mycelium.cli.client import api_url, call, fail, print_json
+from mycelium.cli.common import add_author, add_json, add_room, handle_of, path_part, room_of
+from mycelium.cli.participate import thread_of
+
+
+def register_room_commands(rsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add send, messages, search and watch to the ``room`` group."""
+    s = rsub.add_parser("send", help="post a message to the room (or a task's thread)")
+    s.add_argument("text")
+    s.add_argument("--to", help="a direct recipient")
+    s.add_argument("--task", help="post into this task's thread (row key or short thread id)")
+    s.add_argument("--type", dest="message_type", default="broadcast",
+                   choices=("announce", "direct", "broadcast", "delegate"))
+    _common(s, author=True)
+    s.set_defaults(func=_send, row=None)
+
+    m = rsub.add_parser("messages", help="read the room's messages, newest first")
+    m.add_argument("--task", help="only this task's thread")
+    m.add_argument("--channel", action="store_true", help="only the room's own channel")
+    m.add_argument("--limit", type=int, default=20)
+    m.add_argument("--before", help="older than this position (or ISO time)")
+    m.add_argument("--from", dest="sender", help="only from this handle")
+    _common(m)
+    m.set_defaults(func=_messages, row=None)
+
+    q = rsub.add_parser("search", help='search messages: words, "phrases", -not, from:, task:, after:, ...')
+    q.add_argument("query")
+    q.add_argument("--limit", type=int, default=20)
+    q.add_argument("--context", type=int, default=0, help="same-thread messages around each hit (0-5)")
+    q.add_argument("--cursor", help="the next_cursor of a previous page")
+    _common(q)
+    q.set_defaults(func=_search)
+
+    w = rsub.add_parser("watch", help="follow the room's timeline as it grows")
+    w.add_argument("--after", type=int, help="start after this position (default: now)")
+    _common(w)
+    w.set_defaults(func=_watch)
+
+
+def register_thread_commands(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``send <row>`` and ``messages <row>`` to the ``board`` group."""
+    s = bsub.add_parser("send", help="post into a task's thread")
+    s.add_argument("row", help="key or short thread id")
+    s.add_argument("text")
+    s.add_argument("--to", help="a direct recipient")
+    _common(s, author=True)
+    s.set_defaults(func=_send, task=None, message_type="broadcast")
+
+    m = bsub.add_parser("messages", help="read a task's thread, newest first")
+    m.add_argument("row", help="key or short thread id")
+    m.add_argument("--limit", type=int, default=20)
+    m.add_argument("--before", help="older than this position (or ISO time)")
+    _common(m)
+    m.set_defaults(func=_messages, task=None, channel=False, sender=None)
+
+
+def _common(p: argparse.ArgumentParser, *, author: bool = False) -> None:
+    add_room(p)
+    add_json(p)
+    if author:
+        add_author(p)
+
+
+def _base(room: str) -> str:
+    return f"/api/rooms/{path_part(room)}"
+
+
+def line(m: dict[str, Any]) -> str:
+    """One message as a terminal line: position, who, where, what."""
+    where = "" if m["episode"].endswith(":live") else f" [{m['episode'].rsplit(':', 1)[-1]}]"
+    if m["payload_type"] == "ping":
+        thread = str(m["payload"].get("episode", "")).rsplit(":", 1)[-1]
+        return f"{m['position']:>6}  · @{m['payload'].get('sender')} wrote in thread {thread}"
+    if m["payload_type"] == "notice":
+        data = m["payload"]
+        by = f" by @{data['by']}" if data.get("by") else ""
+        return f"{m['position']:>6}  · {data.get('subkind')} {data.get('key')}{by}"
+    edited = " (edited)" if m.get("edited_at") else ""
+    return f"{m['position']:>6}  @{m['sender_handle']}{where}: {m['content']}{edited}"
+
+
+def _send(args: argparse.Namespace) -> int:
+    room = room_of(args)
+    episode = thread_of(room, args.row or args.task, None)
+    body: dict[str, Any] = {"sender_handle": handle_of(args), "content": args.text, "episode": episode,
+                            "message_type": "direct" if args.to else args.message_type}
+    if args.to:
+        body["recipient_handle"] = args.to
+    sent = call("POST", f"{_base(room)}/messages", json_body=body)
+    if args.json:
+        print_json(sent)
+    else:
+        print(line(sent))
+    return 0
+
+
+def _messages(args: argparse.Namespace) -> int:
+    room = room_of(args)
+    episode = "live" if args.channel else thread_of(room, args.row or args.task, None)
+    found = call("GET", f"{_base(room)}/messages", params={
+        "limit": args.limit, "before": args.before, "episode": episode, "sender": args.sender})
+    if args.json:
+        print_json(found)
+        return 0
+    for m in reversed(found):
+        print(line(m))
+    return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    room = room_of(args)
+    result = call("GET", f"{_base(room)}/messages/search", params={
+        "q": args.query, "limit": args.limit, "context": args.context, "cursor": args.cursor})
+    if args.json:
+        print_json(result)
+        return 0
+    for problem in result["scope"]["problems"]:
+        print(f"! {problem['token']}: {problem['reason']}")
+    for hit in result["hits"]:
+        m = hit["message"]
+        task = f" [{hit['task_title']}]" if hit.get("task_title") else ""
+        print(f"{m['position']:>6}  @{m['sender_handle']}{task}: {hit['snippet']}")
+    more = f"; more: --cursor '{result['next_cursor']}'" if result["next_cursor"] else ""
+    print(f"{len(result['hits'])} of {result['total']} (scanned {result['scanned']}){more}")
+    return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    room = room_of(args)
+    url = f"{api_url()}{_base(room)}/messages/stream"
+    params = {"after": args.after} if args.after is not None else {}
+    try:
+        with httpx.stream("GET", url, params=params, timeout=httpx.Timeout(10.0, read=None)) as response:
+            if response.status_code >= 400:
+                response.read()
+                fail(f"{response.status_code}: {response.text}")
+            for raw in response.iter_lines():
+                if not raw.startswith("data: "):
+                    continue
+                m = json.loads(raw[6:])
+                if args.json:
+                    print(json.dumps(m), flush=True)
+                else:
+                    print(line(m), flush=True)
+    except KeyboardInterrupt:
+        return 0
+    except httpx.HTTPError as exc:
+        fail(f"the stream from {api_url()} ended: {exc}")
+    return 0
