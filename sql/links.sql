@@ -19,6 +19,12 @@
 -- ---------------------------------------------------------------------------------------------
 -- Derived tables (written only by derive_links; a direct write is refused).
 
+-- The relation keys of frontmatter, in the order their edges are listed.
+CREATE FUNCTION mycelium.link_relations() RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT ARRAY['supersedes', 'superseded-by', 'depends-on', 'part-of', 'relates-to']
+$$;
+
 CREATE TABLE mycelium.memory_links (
   room text NOT NULL,
   source_key text NOT NULL,
@@ -27,7 +33,7 @@ CREATE TABLE mycelium.memory_links (
   kind text NOT NULL CHECK (kind IN ('uri', 'wikilink', 'transclusion', 'relation')),
   anchor text CHECK (anchor <> ''),
   label text,
-  relation text CHECK (relation IN ('supersedes', 'superseded-by', 'depends-on', 'part-of', 'relates-to')),
+  relation text CHECK (relation = ANY (mycelium.link_relations())),
   raw text NOT NULL,
   cross_room text,
   pos integer CHECK (pos >= 1),
@@ -196,12 +202,6 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $re$
       || '|\[[^][\n]*\]\(myc://[^()[:space:]]*\)'
       || '|myc://[^][()<>"''`[:space:]]*'
 $re$;
-
--- The relation keys of frontmatter, in the order their edges are listed.
-CREATE FUNCTION mycelium.link_relations() RETURNS text[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT ARRAY['supersedes', 'superseded-by', 'depends-on', 'part-of', 'relates-to']
-$$;
 
 -- The links of a text whose code is already blanked (p_masked = link_code_mask(p_body)): body links
 -- in text order, then frontmatter relations. One regex pass finds the matches; splitting on the same
