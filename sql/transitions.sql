@@ -125,9 +125,10 @@ CREATE TABLE mycelium.transitions (
                                         OR (resolved_by IS NOT NULL AND resolution_reason IS NOT NULL))
 );
 
--- Listings operators need.
-CREATE INDEX transitions_in_flight ON mycelium.transitions (started_at) WHERE terminal_outcome = 'IN_FLIGHT';
-CREATE INDEX transitions_by_owner ON mycelium.transitions (owner) WHERE terminal_outcome = 'IN_FLIGHT';
+-- Listings operators need. The in-flight index is keyed on finished_at IS NULL (equivalent, by the
+-- CHECK above) rather than on the outcome, so the planner can never pick it for the verbs' own
+-- compare-and-swap updates (which name terminal_outcome = 'IN_FLIGHT' and must go by primary key).
+CREATE INDEX transitions_in_flight ON mycelium.transitions (started_at) WHERE finished_at IS NULL;
 CREATE INDEX transitions_by_agent ON mycelium.transitions (agent_id, created_at DESC);
 CREATE INDEX transitions_by_tool ON mycelium.transitions (tool, created_at DESC);
 CREATE INDEX transitions_unresolved ON mycelium.transitions (terminal_outcome, updated_at DESC)
@@ -814,7 +815,7 @@ BEGIN
     PERFORM mycelium.refuse(422, 'unattributed', 'a death assertion names who makes it (by) and why (reason)');
   END IF;
   SELECT request_id INTO alive FROM mycelium.transitions
-  WHERE owner = p_owner AND terminal_outcome = 'IN_FLIGHT'
+  WHERE owner = p_owner AND finished_at IS NULL AND terminal_outcome = 'IN_FLIGHT'
     AND now() - coalesce(last_heartbeat_at, started_at) < make_interval(secs => p_presumed_dead_after)
   LIMIT 1;
   IF alive IS NOT NULL AND NOT p_override THEN
@@ -827,7 +828,7 @@ BEGIN
     UPDATE mycelium.transitions SET
       worker_dead_asserted_by = p_by, worker_dead_asserted_at = now(),
       resolution_reason = p_reason || CASE WHEN alive IS NOT NULL THEN ' (heartbeat overridden)' ELSE '' END
-    WHERE owner = p_owner AND terminal_outcome = 'IN_FLIGHT'
+    WHERE owner = p_owner AND finished_at IS NULL AND terminal_outcome = 'IN_FLIGHT'
     RETURNING *;
   PERFORM set_config('mycelium.transition_verb', '', true);
 END

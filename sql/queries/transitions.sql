@@ -44,7 +44,7 @@ SELECT * FROM mycelium.transitions WHERE request_id = $1
 -- derived: IN_FLIGHT past its lease); $4 tool; $5 limit
 SELECT * FROM mycelium.transitions t
 WHERE ($1::double precision IS NULL
-       OR (t.terminal_outcome = 'IN_FLIGHT' AND t.started_at <= now() - make_interval(secs => $1)))
+       OR (t.finished_at IS NULL AND t.started_at <= now() - make_interval(secs => $1)))
   AND ($2::text IS NULL OR t.agent_id = $2)
   AND ($3::text IS NULL
        OR ($3 = 'EXPIRED' AND t.terminal_outcome = 'IN_FLIGHT' AND t.lease_until <= now())

@@ -10,7 +10,6 @@ recomputes each hash, follows each agent's chain and checks each signature.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
@@ -57,7 +56,6 @@ RECEIPT_FIELDS = (
     "recorded_at",
 )
 SIGNING_DOMAIN = b"mycelium-receipt-signature/v1\n"
-CHANNEL = "mycelium_receipts"
 
 
 # -- the canonical bytes ---------------------------------------------------------------------------
@@ -175,31 +173,23 @@ async def sign_pending(db: asyncpg.Pool | asyncpg.Connection, key: ReceiptKey, b
             return total
 
 
-async def sign_receipts(hub: Any) -> None:
-    """Hub worker: sign receipts as they appear (woken by NOTIFY, and every few seconds anyway)."""
+async def sign_receipts(hub: Any, interval: float = 1.0) -> None:
+    """Hub worker: sign the receipts waiting in the queue, then look again every ``interval`` seconds."""
     store = KeyStore.for_data_dir(hub.settings.resolved_data_dir())
     key = await asyncio.to_thread(store.current)
     await register(hub.db, key)
-    wake = hub.wakes.event(CHANNEL)
-    await hub.wakes.listen(CHANNEL)
-    try:
-        while True:
-            wake.clear()
-            try:
-                await sign_pending(hub.db, key)
-            except asyncpg.PostgresError as exc:
-                refusal = refusal_from_db(exc)
-                if refusal is None or refusal.error != "key_not_active":
-                    raise
-                log.warning("receipt key %s was retired elsewhere; this replica makes a new one", key.key_id)
-                key = await asyncio.to_thread(store.rotate)
-                await register(hub.db, key)
-                continue
-            if not wake.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), timeout=5.0)
-    finally:
-        hub.wakes.discard(CHANNEL, wake)
+    while True:
+        try:
+            await sign_pending(hub.db, key)
+        except asyncpg.PostgresError as exc:
+            refusal = refusal_from_db(exc)
+            if refusal is None or refusal.error != "key_not_active":
+                raise
+            log.warning("receipt key %s was retired elsewhere; this replica makes a new one", key.key_id)
+            key = await asyncio.to_thread(store.rotate)
+            await register(hub.db, key)
+            continue
+        await asyncio.sleep(interval)
 
 
 async def rotate(db: asyncpg.Pool, store: KeyStore) -> ReceiptKey:
