@@ -9,9 +9,12 @@
 --     its first await is delivered, nothing older is dumped on it.
 --   * early_deliveries: messages above the cursor already delivered by a thread-scoped await, so
 --     a room-wide await never serves them again. The cursor then moves over them and they go.
---   * take_next() locks the handle's cursor row, picks the next addressed message, records it and
---     moves the cursor in one transaction: two concurrent awaits of one handle get different
---     messages, a crash between pick and commit delivers nothing (the message stays pending).
+--   * take_next() takes the handle's lock (a transaction-scoped advisory lock, so a poll that finds
+--     nothing writes nothing), picks the next addressed message, records it and moves the cursor
+--     in one transaction: two concurrent awaits of one handle get different messages, a crash
+--     between pick and commit delivers nothing (the message stays pending). A take that delivers
+--     commits durably; one that only moves the cursor over what was not for the handle commits
+--     asynchronously (losing it in a crash only means that stretch is scanned again).
 --   * presence: a lease per (room, handle), refreshed by every await poll and reply; a member is
 --     present while its lease runs (config presence.ttl_seconds, default 90 s, or longer to
 --     cover a long poll).
@@ -72,17 +75,23 @@ LANGUAGE sql STABLE AS $$
     0)
 $$;
 
--- Refresh p_handle's presence in p_room for presence.ttl_seconds, or p_hold_seconds if longer.
+-- Refresh p_handle's presence in p_room for presence.ttl_seconds, or p_hold_seconds if longer. A
+-- lease that already runs that long (within 10 s) is left alone: a poll loop costs no write.
 CREATE FUNCTION mycelium.touch_presence(p_room text, p_handle text, p_hold_seconds double precision DEFAULT 0)
 RETURNS mycelium.presence LANGUAGE plpgsql AS $$
 DECLARE
   h text := mycelium.require_handle(p_handle);
   ttl double precision := coalesce((mycelium.config_value('presence.ttl_seconds', p_room) #>> '{}')::double precision, 90);
+  wanted timestamptz := now() + make_interval(secs => greatest(ttl, coalesce(p_hold_seconds, 0)));
   r mycelium.presence;
 BEGIN
+  SELECT * INTO r FROM mycelium.presence WHERE room = p_room AND handle = h;
+  IF FOUND AND r.expires_at >= wanted - interval '10 seconds' THEN
+    RETURN r;
+  END IF;
   PERFORM mycelium.require_room(p_room);
   INSERT INTO mycelium.presence AS p (room, handle, expires_at, seen_at)
-  VALUES (p_room, h, now() + make_interval(secs => greatest(ttl, coalesce(p_hold_seconds, 0))), now())
+  VALUES (p_room, h, wanted, now())
   ON CONFLICT (room, handle) DO UPDATE
     SET expires_at = greatest(p.expires_at, excluded.expires_at), seen_at = excluded.seen_at
   RETURNING * INTO r;
@@ -108,11 +117,13 @@ BEGIN
   PERFORM mycelium.touch_presence(p_room, h, p_hold_seconds);
   scope := nullif(mycelium.episode_ref(p_room, p_episode), mycelium.live_episode(p_room));
 
-  SELECT * INTO cur FROM mycelium.delivery_cursors WHERE room = p_room AND handle = h FOR UPDATE;
+  -- one take per handle at a time; every statement below reads after the previous take committed
+  PERFORM pg_advisory_xact_lock(hashtext('mycelium.inbox:' || p_room), hashtext(h));
+  SELECT * INTO cur FROM mycelium.delivery_cursors WHERE room = p_room AND handle = h;
   IF NOT FOUND THEN
     INSERT INTO mycelium.delivery_cursors (room, handle, position)
     VALUES (p_room, h, mycelium.inbox_anchor(p_room, h)) ON CONFLICT DO NOTHING;
-    SELECT * INTO cur FROM mycelium.delivery_cursors WHERE room = p_room AND handle = h FOR UPDATE;
+    SELECT * INTO cur FROM mycelium.delivery_cursors WHERE room = p_room AND handle = h;
   END IF;
 
   IF scope IS NULL THEN
@@ -130,6 +141,8 @@ BEGIN
   END IF;
   IF hit.id IS NOT NULL THEN
     INSERT INTO mycelium.early_deliveries (room, handle, position) VALUES (p_room, h, hit.position);
+  ELSE
+    PERFORM set_config('synchronous_commit', 'off', true);
   END IF;
 
   -- The first message still pending for the handle, and the head, read in one snapshot: the

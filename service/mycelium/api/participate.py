@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mycelium.api.deps import Annotated, HubDep, Query
 from mycelium.api.messages import message_read, refuse_reserved
-from mycelium.api.rooms import require_room
 from mycelium.conversations.inbox import MAX_WAIT_SECONDS, await_next
 from mycelium.core import markers
 from mycelium.core.envelope import topic_urn
@@ -46,8 +45,9 @@ async def await_message(
     timeout: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0.0,
     episode: FromQuery[str | None] = None,
 ) -> dict[str, Any]:
-    """The next message addressed to ``handle`` (``timeout`` seconds at most; 0 = the maximum)."""
-    await require_room(hub, room)
+    """The next message addressed to ``handle`` (``timeout`` seconds at most; 0 = the maximum).
+
+    An unknown room or a bad handle is refused by the first ``take_next``, before any waiting."""
     row = await await_next(hub, room, handle, episode=episode, timeout=timeout,
                            gone=lambda: _disconnected(request))
     me = handle.strip()
