@@ -204,10 +204,10 @@ $$;
 
 CREATE FUNCTION mycelium.assignments_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-  m mycelium.memories;
+  m record;
   by_handle text := mycelium.actor();
 BEGIN
-  SELECT * INTO m FROM mycelium.memories WHERE room = NEW.room AND key = NEW.key;
+  SELECT value, meta, episode INTO m FROM mycelium.memories WHERE room = NEW.room AND key = NEW.key;
   IF TG_OP = 'UPDATE' AND OLD.state = 'held' AND NOT mycelium.task_lease_live(OLD)
      AND (NEW.claim_id IS DISTINCT FROM OLD.claim_id OR NEW.state <> 'held') THEN
     PERFORM mycelium.announce_expiry(OLD, by_handle);
