@@ -165,7 +165,7 @@ async def wake_run(url: str, conn: asyncpg.Pool, rate: float, seconds: float, ag
 
 async def notify_run(dsn: str, rate: float, seconds: float) -> dict[str, float]:
     listener = await asyncpg.connect(dsn)
-    sender = await asyncpg.connect(dsn)
+    sender = await asyncpg.create_pool(dsn, min_size=8, max_size=8)
     sent: dict[str, float] = {}
     latencies: list[float] = []
     expected = int(rate * seconds)
