@@ -15,6 +15,10 @@ SELECT * FROM mycelium.record_external_operation($1, $2, $3, $4)
 -- name: complete_transition
 SELECT * FROM mycelium.complete($1, $2, $3, $4)
 
+-- name: complete_transition_ack
+-- the SDK's hot path: the same verb, without sending the row back
+SELECT request_id FROM mycelium.complete($1, $2, $3, $4)
+
 -- name: fail_transition
 SELECT * FROM mycelium.fail($1, $2, $3, $4, $5)
 

@@ -79,8 +79,8 @@ class HubLedgerStorage:
     ) -> Transition:
         return await self._fenced("/external-operation", request_id, owner, fence, ref=ref)
 
-    async def complete(self, request_id: str, owner: str, fence: int, result: Any) -> Transition:
-        return await self._fenced("/complete", request_id, owner, fence, result=jsonable(result))
+    async def complete(self, request_id: str, owner: str, fence: int, result: Any) -> None:
+        await self._fenced("/complete", request_id, owner, fence, result=jsonable(result))
 
     async def fail(
         self, request_id: str, owner: str, fence: int, error: str | None, after_effect: bool | None = None

@@ -9,6 +9,7 @@ owner, fence) and the provider idempotency key never enter it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import inspect
 import json
@@ -99,10 +100,15 @@ class CallIdentity:
     body_kwargs: dict[str, Any]
 
 
+@functools.lru_cache(maxsize=1024)
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
 def bound_arguments(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The call's arguments by parameter name, defaults applied (positional and keyword spellings agree)."""
     try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound = _signature(fn).bind(*args, **kwargs)
     except (TypeError, ValueError):
         return {"args": list(args), "kwargs": dict(kwargs)}
     bound.apply_defaults()

@@ -234,10 +234,12 @@ class ActionLedger:
         interval = self.lease_ttl / 3 if self.lease_renew_interval is None else self.lease_renew_interval
         return max(interval, 0.01) if interval > 0 else 0.0
 
-    async def _keep_renewing(self, active: ActiveTransition) -> None:
+    async def _keep_renewing(self, active: ActiveTransition, first_now: bool = False) -> None:
         interval = self._renew_interval()
         while True:
-            await asyncio.sleep(interval)
+            if not first_now:
+                await asyncio.sleep(interval)
+            first_now = False
             try:
                 await active.arenew()
             except LedgerStorageUnavailableError as exc:
@@ -289,17 +291,19 @@ class ActionLedger:
         if claim.action == "return":
             return claim.transition.result
         active = ActiveTransition(self, ident.request_id, tool, self.owner, claim.transition.fence)
-        renewer = asyncio.create_task(self._keep_renewing(active)) if self._renew_interval() else None
+        renewer = _Renewer(self, active) if self._renew_interval() else None
         token = _active.set(active)
         try:
             result = await fn(*ident.body_args, **ident.body_kwargs)
         except BaseException as exc:
-            _stop(renewer)
+            if renewer is not None:
+                renewer.stop()
             await self._settle(active, exc, None)
             raise
         finally:
             _active.reset(token)
-            _stop(renewer)
+            if renewer is not None:
+                renewer.stop()
         await self._settle(active, None, result)
         return result
 
@@ -338,9 +342,22 @@ class ActionLedger:
         return result
 
 
-def _stop(task: asyncio.Task[None] | None) -> None:
-    if task is not None and not task.done():
-        task.cancel()
+class _Renewer:
+    """Keeps the lease of a running body. Nothing runs until the first interval has passed (a timer,
+    cheap to cancel), so short calls pay almost nothing for it."""
+
+    def __init__(self, ledger: ActionLedger, active: ActiveTransition) -> None:
+        self._ledger, self._active = ledger, active
+        self._task: asyncio.Task[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(ledger._renew_interval(), self._start)
+
+    def _start(self) -> None:
+        self._task = asyncio.create_task(self._ledger._keep_renewing(self._active, first_now=True))
+
+    def stop(self) -> None:
+        self._timer.cancel()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
 
 
 def replace_reconciled(request: ClaimRequest, fence: int | None) -> ClaimRequest:

@@ -127,8 +127,8 @@ class PostgresLedgerStorage:
     ) -> Transition:
         return await self._transition("record_external_operation", request_id, owner, fence, ref)
 
-    async def complete(self, request_id: str, owner: str, fence: int, result: Any) -> Transition:
-        return await self._transition("complete_transition", request_id, owner, fence, result)
+    async def complete(self, request_id: str, owner: str, fence: int, result: Any) -> None:
+        await self._row("complete_transition_ack", request_id, owner, fence, result)
 
     async def fail(
         self, request_id: str, owner: str, fence: int, error: str | None, after_effect: bool | None = None

@@ -60,13 +60,11 @@ class Transition:
     @classmethod
     def from_mapping(cls, row: Any) -> Transition:
         """From an asyncpg record or a JSON object (timestamps as ISO strings)."""
-        data = dict(row.items()) if hasattr(row, "items") else dict(row)
-        known = {f.name: f for f in fields(cls)}
         values: dict[str, Any] = {}
-        for name, value in data.items():
-            if name not in known:
+        for name, value in row.items():
+            if name not in _TRANSITION_FIELDS:
                 continue
-            if isinstance(value, str) and (name.endswith("_at") or name == "lease_until"):
+            if isinstance(value, str) and name in _TIMESTAMPS:
                 value = datetime.fromisoformat(value)
             values[name] = value
         return cls(**values)
@@ -125,7 +123,7 @@ class ClaimRequest:
 
     def params(self) -> list[Any]:
         """Positional parameters, in claim_transition's order."""
-        return [getattr(self, f.name) for f in fields(self)]
+        return [getattr(self, name) for name in _CLAIM_FIELDS]
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,3 +135,8 @@ class Claim:
     action: str
     repaired: bool
     transition: Transition
+
+
+_TRANSITION_FIELDS = frozenset(f.name for f in fields(Transition))
+_TIMESTAMPS = frozenset(n for n in _TRANSITION_FIELDS if n.endswith("_at") or n == "lease_until")
+_CLAIM_FIELDS = tuple(f.name for f in fields(ClaimRequest))

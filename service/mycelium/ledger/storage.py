@@ -23,7 +23,8 @@ class LedgerStorage(Protocol):
         self, request_id: str, owner: str, fence: int, ref: str
     ) -> Transition: ...
 
-    async def complete(self, request_id: str, owner: str, fence: int, result: Any) -> Transition: ...
+    async def complete(self, request_id: str, owner: str, fence: int, result: Any) -> None:
+        """Settle the caller's claim as COMPLETED (a command: the row is not sent back)."""
 
     async def fail(
         self, request_id: str, owner: str, fence: int, error: str | None, after_effect: bool | None = None
