@@ -153,3 +153,34 @@ async def test_a_rotated_key_signs_from_then_on_and_old_signatures_stay_valid(ad
         "SELECT retired_at FROM mycelium.receipt_keys WHERE key_id = $1", old.key_id
     )
     assert retired is not None
+
+
+async def test_the_audit_views_answer_the_common_questions(admin_conn):
+    await completed(admin_conn, "paid")
+    await claim(admin_conn, "ambiguous", "w:1")
+    await admin_conn.execute(
+        "SELECT 1 FROM mycelium.advance_boundary('ambiguous', 'w:1', 1, 'maybe_crossed')"
+    )
+    await admin_conn.execute(
+        "SELECT 1 FROM mycelium.record_external_operation('ambiguous', 'w:1', 1, 'pi_9')"
+    )
+    await admin_conn.execute("SELECT 1 FROM mycelium.fail('ambiguous', 'w:1', 1, 'timeout')")
+    await claim(admin_conn, "settled", "w:1")
+    await admin_conn.execute("SELECT 1 FROM mycelium.advance_boundary('settled', 'w:1', 1, 'maybe_crossed')")
+    await admin_conn.execute("SELECT 1 FROM mycelium.fail('settled', 'w:1', 1, 'timeout')")
+    await admin_conn.execute(
+        "SELECT 1 FROM mycelium.apply_reconcile_result('settled', 1, 'COMPLETED', '1', 'stripe')"
+    )
+
+    per_day = await admin_conn.fetch("SELECT * FROM mycelium.side_effects_per_tool_per_day")
+    assert [(r["tool"], r["completed"], r["ambiguous"]) for r in per_day] == [("pay", 2, 2)]
+    waiting = await admin_conn.fetch("SELECT * FROM mycelium.hard_blocks_awaiting_human")
+    assert [(r["request_id"], r["external_operation_ref"]) for r in waiting] == [("ambiguous", "pi_9")]
+    reconciled = await admin_conn.fetch("SELECT * FROM mycelium.reconciled_transitions")
+    assert [(r["request_id"], r["reconcile_status"], r["terminal_outcome"]) for r in reconciled] == [
+        ("settled", "COMPLETED", "COMPLETED")
+    ]
+    async with admin_conn.transaction():
+        await admin_conn.execute("SET LOCAL ROLE mycelium_auditor")
+        assert await admin_conn.fetchval("SELECT count(*) FROM mycelium.receipts") == 4
+        assert await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain()") == []

@@ -229,3 +229,48 @@ async def test_without_renewal_the_lease_lapses_and_a_retry_safe_peer_takes_over
     assert await first == "first"
     row = await row_of(store, job, binding, 1, tool_call_id="c")
     assert (row.fence, row.result) == (2, "second")
+
+
+async def test_a_keyed_retry_runs_with_the_same_provider_key_and_hard_blocks_with_another(make_ledger):
+    led = make_ledger()
+    keyed = ToolTransitionBinding.for_tool(
+        side_effect_class="keyed_mutate", provider_idempotency_key_param="idempotency_key"
+    )
+    calls = []
+
+    @ledger(action_ledger=led, transition_binding=keyed)
+    async def charge(amount: int, idempotency_key: str | None = None) -> str:
+        calls.append(idempotency_key)
+        if len(calls) == 1:
+            raise ValueError("card declined before any charge")
+        return f"charged with {idempotency_key}"
+
+    with pytest.raises(ValueError):
+        await charge(10, idempotency_key="k1", tool_call_id="c")
+    with pytest.raises(LedgerHardBlockError):  # the same transition, another key: would not be deduped
+        await charge(10, idempotency_key="k2", tool_call_id="c")
+    with pytest.raises(LedgerHardBlockError):
+        await charge(10, tool_call_id="c")
+    assert await charge(10, idempotency_key="k1", tool_call_id="c") == "charged with k1"
+    assert calls == ["k1", "k1"]
+
+
+async def test_a_task_running_elsewhere_is_pending_and_a_completed_task_returns_its_result(make_ledger):
+    from mycelium import TaskLedgerPendingError, task_ledger
+
+    led = make_ledger()
+    started, finish = asyncio.Event(), asyncio.Event()
+
+    @task_ledger(action_ledger=led)
+    async def nightly(report: str) -> str:
+        started.set()
+        await finish.wait()
+        return f"{report} done"
+
+    first = asyncio.create_task(nightly("sales", task_id="nightly-1"))
+    await started.wait()
+    with pytest.raises(TaskLedgerPendingError):
+        await nightly("sales", task_id="nightly-1")
+    finish.set()
+    assert await first == "sales done"
+    assert await nightly("anything", task_id="nightly-1") == "sales done"
