@@ -42,7 +42,6 @@ CREATE TABLE mycelium.receipts (
   UNIQUE (agent_id, seq)
 );
 CREATE INDEX receipts_by_request ON mycelium.receipts (request_id);
-CREATE INDEX receipts_by_time ON mycelium.receipts (recorded_at);
 
 COMMENT ON TABLE mycelium.receipts IS
   'Append-only per-agent hash chain of terminal transitions and releases (hash computed on insert).';
@@ -78,14 +77,14 @@ CREATE TABLE mycelium.receipts_unsigned (
 -- ---------------------------------------------------------------------------------------------
 -- The canonical rendering (the offline verifier renders the same bytes).
 
-CREATE FUNCTION mycelium.receipt_ts(p timestamptz) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+CREATE FUNCTION mycelium.receipt_ts(p timestamptz) RETURNS text LANGUAGE sql STABLE AS $$
   SELECT to_char(p AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 $$;
 
 -- Field order is part of the format (mycelium.ledger.receipts.RECEIPT_FIELDS): each field is
 -- "<name>:<length>:<value>\n", or "<name>:-\n" for NULL; timestamps in UTC with microseconds.
--- Written with built-ins only, so the planner inlines it into the insert trigger.
-CREATE FUNCTION mycelium.receipt_preimage(r mycelium.receipts) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+-- Written with built-ins only and declared STABLE like to_char, so the planner inlines it.
+CREATE FUNCTION mycelium.receipt_preimage(r mycelium.receipts) RETURNS text LANGUAGE sql STABLE AS $$
   SELECT 'mycelium.receipt/v1' || E'\n'
     || 'receipt_id' || coalesce(':' || length(r.receipt_id) || ':' || r.receipt_id, ':-') || E'\n'
     || 'agent_id' || coalesce(':' || length(r.agent_id) || ':' || r.agent_id, ':-') || E'\n'
@@ -111,7 +110,7 @@ CREATE FUNCTION mycelium.receipt_preimage(r mycelium.receipts) RETURNS text LANG
     || 'recorded_at' || coalesce(':' || length(to_char(r.recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) || ':' || to_char(r.recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), ':-') || E'\n'
 $$;
 
-CREATE FUNCTION mycelium.receipt_hash(p_prev bytea, r mycelium.receipts) RETURNS bytea LANGUAGE sql IMMUTABLE AS $$
+CREATE FUNCTION mycelium.receipt_hash(p_prev bytea, r mycelium.receipts) RETURNS bytea LANGUAGE sql STABLE AS $$
   SELECT sha256(convert_to(coalesce(encode(p_prev, 'hex'), '') || E'\n' || mycelium.receipt_preimage(r), 'UTF8'))
 $$;
 
@@ -120,18 +119,21 @@ $$;
 
 CREATE FUNCTION mycelium.receipts_before_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-  head_seq bigint;
-  head_hash bytea;
+  head mycelium.receipt_heads;
 BEGIN
-  INSERT INTO mycelium.receipt_heads AS h (agent_id, seq, hash) VALUES (NEW.agent_id, 1, '\x')
-  ON CONFLICT (agent_id) DO UPDATE SET seq = h.seq + 1
-  RETURNING h.seq, nullif(h.hash, '\x') INTO head_seq, head_hash;
-  NEW.seq := head_seq;
-  NEW.prev_hash := CASE WHEN head_seq = 1 THEN NULL ELSE head_hash END;
+  -- the agent's head row is the chain's lock: appends to one chain happen one at a time
+  SELECT * INTO head FROM mycelium.receipt_heads WHERE agent_id = NEW.agent_id FOR UPDATE;
+  IF NOT FOUND THEN
+    INSERT INTO mycelium.receipt_heads (agent_id, seq, hash) VALUES (NEW.agent_id, 0, '\x')
+    ON CONFLICT (agent_id) DO NOTHING;
+    SELECT * INTO head FROM mycelium.receipt_heads WHERE agent_id = NEW.agent_id FOR UPDATE;
+  END IF;
+  NEW.seq := head.seq + 1;
+  NEW.prev_hash := CASE WHEN head.seq = 0 THEN NULL ELSE head.hash END;
   NEW.recorded_at := now();
   NEW.receipt_id := coalesce(NEW.receipt_id, 'rcpt-' || replace(gen_random_uuid()::text, '-', ''));
   NEW.hash := mycelium.receipt_hash(NEW.prev_hash, NEW);
-  UPDATE mycelium.receipt_heads SET hash = NEW.hash WHERE agent_id = NEW.agent_id;
+  UPDATE mycelium.receipt_heads SET seq = NEW.seq, hash = NEW.hash WHERE agent_id = NEW.agent_id;
   INSERT INTO mycelium.receipts_unsigned (receipt_id, id) VALUES (NEW.receipt_id, NEW.id);
   RETURN NEW;
 END
