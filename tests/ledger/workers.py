@@ -32,7 +32,9 @@ def effect(path: Path, line: str) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["slow", "crash_before", "crash_inside", "crash_after", "late"])
+    p.add_argument(
+        "mode", choices=["slow", "crash_before", "crash_inside", "crash_crossed", "crash_after", "late"]
+    )
     p.add_argument("--dsn", required=True)
     p.add_argument("--effects", type=Path, required=True)
     p.add_argument("--ready", type=Path)
@@ -72,6 +74,9 @@ def main() -> int:
             if a.mode == "crash_inside":
                 ready()
                 time.sleep(3600)
+        if a.mode == "crash_crossed":  # the effect happened; completion is not recorded yet
+            ready()
+            time.sleep(3600)
         if a.mode == "slow":
             ready()
             time.sleep(a.sleep)
