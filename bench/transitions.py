@@ -169,6 +169,42 @@ def sdk_thread_cycles(dsn: str, seconds: float) -> float:
     return rate
 
 
+async def sdk_worker(dsn: str, tag: str, start_at: float, seconds: float) -> int:
+    """One of 8 OS processes, each one @ledger task on a pool of 1 (the layout upstream's best run uses)."""
+    from mycelium import ActionLedger, PostgresLedgerStorage, SideEffectClass, ToolTransitionBinding, ledger
+
+    store = PostgresLedgerStorage(dsn, min_size=1, max_size=1)
+    led = ActionLedger(store, agent_id="bench", policy_version="v1")
+    binding = ToolTransitionBinding.for_tool(side_effect_class=SideEffectClass.KEYED_MUTATE)
+
+    @ledger(action_ledger=led, transition_binding=binding)
+    async def noop(key: str) -> None:
+        return None
+
+    await noop(f"warm-{tag}")
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+    deadline, i = time.perf_counter() + seconds, 0
+    while time.perf_counter() < deadline:
+        await noop(f"{tag}-{i}")
+        i += 1
+    await store.aclose()
+    return i
+
+
+def sdk_process_cycles(dsn: str, seconds: float) -> float:
+    tag, start_at = uuid.uuid4().hex[:8], time.time() + 4.0
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--sdk-worker", dsn, f"{tag}-{k}", str(start_at), str(seconds)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(WORKERS)
+    ]
+    counts = [int(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
+    return sum(counts) / seconds
+
+
 # -- upstream, in its own virtual environment ------------------------------------------------------
 
 PEER_SCRIPT = textwrap.dedent("""
@@ -353,7 +389,12 @@ def main() -> int:
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--storm-worker", nargs=4, metavar=("DSN", "TAG", "SEED", "N"))
+    ap.add_argument("--sdk-worker", nargs=4, metavar=("DSN", "TAG", "START", "SECONDS"))
     args = ap.parse_args()
+    if args.sdk_worker:
+        dsn, tag, start_at, seconds = args.sdk_worker
+        print(asyncio.run(sdk_worker(dsn, tag, float(start_at), float(seconds))))
+        return 0
     if args.storm_worker:
         dsn, tag, seed, n = args.storm_worker
         print(json.dumps(asyncio.run(storm_worker(dsn, tag, int(seed), int(n)))))
@@ -409,6 +450,7 @@ def main() -> int:
             asyncio.run(set_receipts(dsn, True))
             results["sdk_async"].append(asyncio.run(sdk_async_cycles(dsn, args.seconds)))
             results["sdk_threads"].append(sdk_thread_cycles(dsn, args.seconds))
+            results["sdk_procs"].append(sdk_process_cycles(dsn, args.seconds))
             if peer is not None:
                 results["peer_threads"].append(peer_cycles(peer, dsn, "thread", args.peer_per_worker))
                 results["peer_procs"].append(peer_cycles(peer, dsn, "process", args.peer_per_worker))
@@ -423,7 +465,7 @@ def main() -> int:
     med = {k: statistics.median(v) for k, v in results.items() if v}
     runs = {k: " / ".join(f"{x:,.0f}" for x in v) for k, v in results.items() if v}
     best_peer = max((med[k] for k in ("peer_threads", "peer_procs") if k in med), default=None)
-    best_ours = max(med["sdk_async"], med["sdk_threads"])
+    best_ours = max(med["sdk_async"], med["sdk_threads"], med["sdk_procs"])
 
     def ratio(x: float, of: float | None) -> str:
         return "–" if not of else f"{x / of:.2f}×"
@@ -452,6 +494,12 @@ def main() -> int:
             f"{med['sdk_async']:,.0f}",
             runs["sdk_async"],
             ratio(med["sdk_async"], best_peer) + " upstream",
+        ],
+        [
+            "SDK @ledger (8 processes, one task each, receipts on)",
+            f"{med['sdk_procs']:,.0f}",
+            runs["sdk_procs"],
+            ratio(med["sdk_procs"], best_peer) + " upstream",
         ],
         [
             "SDK @ledger_sync (8 threads, receipts on)",
