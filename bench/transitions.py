@@ -437,6 +437,7 @@ def main() -> int:
                 "gate_no_receipts",
                 "sdk_async",
                 "sdk_threads",
+                "sdk_procs",
                 "peer_threads",
                 "peer_procs",
             )
