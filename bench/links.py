@@ -87,6 +87,7 @@ async def timed(conn: asyncpg.Connection, sql: str, *args: object) -> float:
 
 async def run(args: argparse.Namespace) -> None:
     rng = random.Random(7)
+    load_before = os.getloadavg()[0]
     n = args.n
     linked = [linked_body(rng, n, args.links) for _ in range(n)]
     metas = [{"expandable": True, "relates-to": [f"notes/{rng.randrange(n)}"]} for _ in range(n)]
@@ -181,13 +182,15 @@ async def run(args: argparse.Namespace) -> None:
         "## Links parsed by the database (`bench/links.py`)",
         "",
         f"{stamp()} · {machine()} · {n:,} memories per variant, {args.repeats} repeats (medians), "
-        f"{args.calls - 10} timed calls per read. The machine's 2 cores were shared with other test runs, "
-        "so expect noise.",
+        f"{args.calls - 10} timed calls per read. The machine's 2 cores were shared with other test runs "
+        f"(load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end), so expect noise.",
         "",
         writes,
         "",
-        f"The trigger adds about {overhead_linked:.0f} µs to a write of a linked body and "
-        f"{overhead_plain:.0f} µs to one without link syntax.",
+        f"The trigger adds about {overhead_linked:.0f} µs to a write of a linked body; "
+        + (f"{overhead_plain:.0f} µs to one without link syntax."
+           if overhead_plain > 0 else
+           f"to one without link syntax, nothing measurable ({overhead_plain:.0f} µs: below the noise)."),
         "",
         reads,
     ])
