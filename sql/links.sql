@@ -65,12 +65,28 @@ CREATE TABLE mycelium.memory_anchors (
 -- The parser (pure functions: callable from psql to see what a text would link to).
 
 -- A heading or an anchor as a URL fragment, GitHub-style: lower case, punctuation dropped, runs of
--- spaces become one hyphen ("Trade Offs" -> "trade-offs", "Why? (v2)" -> "why-v2").
-CREATE FUNCTION mycelium.link_slug(p_text text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT btrim(regexp_replace(regexp_replace(lower(btrim(p_text)), '[^[:alnum:][:space:]_-]', '', 'g'),
-                              '[[:space:]]+', '-', 'g'), '-')
-$$;
+-- spaces become one hyphen ("Trade Offs" -> "trade-offs", "Why? (v2)" -> "why-v2", "Über" -> "über").
+-- Letters are Unicode letters whatever the database's locale: the function is made with the first
+-- Unicode-aware collation the server has (builtin pg_c_utf8 from PostgreSQL 17, else libc C.utf8);
+-- without one, non-ASCII letters are dropped like punctuation.
+DO $slug$
+DECLARE
+  coll text;
+BEGIN
+  SELECT format('COLLATE %I.%I', n.nspname, c.collname) INTO coll
+  FROM pg_collation c JOIN pg_namespace n ON n.oid = c.collnamespace
+  WHERE c.collname IN ('pg_c_utf8', 'C.utf8', 'C.UTF-8')
+    AND c.collencoding IN (-1, (SELECT encoding FROM pg_database WHERE datname = current_database()))
+  ORDER BY array_position(ARRAY['pg_c_utf8', 'C.utf8', 'C.UTF-8'], c.collname::text)
+  LIMIT 1;
+  EXECUTE format($fn$
+    CREATE FUNCTION mycelium.link_slug(p_text text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+      SELECT btrim(regexp_replace(regexp_replace(lower(btrim(p_text) %s), '[^[:alnum:][:space:]_-]', '', 'g'),
+                                  '[[:space:]]+', '-', 'g'), '-')
+    $$ $fn$, coalesce(coll, ''));
+END
+$slug$;
 
 -- A link target as a memory key: no myc:// scheme, no leading "/" or "./", no trailing ".md" or "/".
 CREATE FUNCTION mycelium.link_key(p_ref text) RETURNS text

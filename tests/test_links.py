@@ -62,6 +62,8 @@ CASES = [
       ("decisions/v3", "relation", None, None, "superseded-by", None),
       ("a", "relation", None, None, "depends-on", None), ("b", "relation", None, None, "depends-on", None),
       ("rooms/o/x", "relation", None, None, "relates-to", "o")]),
+    ("positions-count-characters-not-bytes", "Café ☕ — see [[é/ü]] and myc://naïve/ключ.", {},
+     [("é/ü", "wikilink", None, None, None, None), ("naïve/ключ", "uri", None, None, None, None)]),
     ("body-links-come-in-text-order-then-relations",
      "![[t]] then [[w]] then myc://u", {"relates-to": "z"},
      [("t", "transclusion", None, None, None, None), ("w", "wikilink", None, None, None, None),
@@ -163,6 +165,16 @@ async def test_the_slug_and_outline_functions_answer_in_psql(psql):
     outline = await psql.fetch("SELECT * FROM mycelium.memory_outline($1)",
                                "# A #\n  ## C# lang\n####### seven\n#nospace\n##")
     assert [(o["level"], o["slug"]) for o in outline] == [(1, "a"), (2, "c-lang"), (2, "")]
+
+
+async def test_slugs_keep_unicode_letters_where_the_server_has_a_unicode_collation(psql):
+    if not await psql.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM pg_collation WHERE collname IN ('pg_c_utf8', 'C.utf8', 'C.UTF-8'))"):
+        pytest.skip("this server has no Unicode-aware collation: non-ASCII letters are dropped")
+    assert await psql.fetchval("SELECT mycelium.link_slug('Über Café ☕ Plan')") == "über-café-plan"
+    assert await psql.fetchval("SELECT mycelium.link_slug('概要 — Overview')") == "概要-overview"
+    anchors = await psql.fetch("SELECT slug FROM mycelium.memory_outline($1)", "# Überblick\n## 概要")
+    assert [a["slug"] for a in anchors] == ["überblick", "概要"]
 
 
 # -- the index follows the memories ----------------------------------------------------------------
