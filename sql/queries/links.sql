@@ -13,10 +13,6 @@ SELECT mycelium.link_integrity($1)::text
 -- name: expand_memory
 SELECT mycelium.expand_memory($1, $2)
 
--- name: parse_links
--- what a text would link to, without writing it ($1 room, $2 body, $3 frontmatter)
-SELECT * FROM mycelium.parse_links($1, $2, $3) ORDER BY ord
-
 -- name: list_skills
 -- a room's skills (memories skills/<name> with a well-formed name), newest-updated first
 SELECT * FROM mycelium.memories
