@@ -110,6 +110,7 @@ DECLARE
   scope text;
   cur mycelium.delivery_cursors;
   hit mycelium.messages;
+  settled bigint;
   next_pending bigint;
   head bigint;
   new_position bigint;
@@ -139,21 +140,26 @@ BEGIN
                       WHERE d.room = p_room AND d.handle = h AND d.position = m.position)
     ORDER BY m.position LIMIT 1;
   END IF;
-  IF hit.id IS NOT NULL THEN
-    INSERT INTO mycelium.early_deliveries (room, handle, position) VALUES (p_room, h, hit.position);
-  ELSE
+  -- Everything up to `settled` is delivered or not for the handle: a room-wide hit is the first
+  -- pending message, so it settles what lies below it; a thread's hit is recorded as delivered early.
+  settled := cur.position;
+  IF hit.id IS NULL THEN
     PERFORM set_config('synchronous_commit', 'off', true);
+  ELSIF scope IS NULL THEN
+    settled := hit.position;
+  ELSE
+    INSERT INTO mycelium.early_deliveries (room, handle, position) VALUES (p_room, h, hit.position);
   END IF;
 
   -- The first message still pending for the handle, and the head, read in one snapshot: the
   -- cursor may move up to just before the first, or to the head when nothing is pending.
   SELECT (SELECT min(m.position) FROM mycelium.messages m
-          WHERE m.room = p_room AND m.position > cur.position AND m.wakes @> ARRAY[h]
+          WHERE m.room = p_room AND m.position > settled AND m.wakes @> ARRAY[h]
             AND NOT EXISTS (SELECT 1 FROM mycelium.early_deliveries d
                             WHERE d.room = p_room AND d.handle = h AND d.position = m.position)),
          (SELECT last FROM mycelium.message_positions WHERE room = p_room)
     INTO next_pending, head;
-  new_position := greatest(cur.position, coalesce(next_pending - 1, head, cur.position));
+  new_position := greatest(settled, coalesce(next_pending - 1, head, settled));
 
   IF new_position > cur.position OR hit.id IS NOT NULL THEN
     DELETE FROM mycelium.early_deliveries WHERE room = p_room AND handle = h AND position <= new_position;
