@@ -18,6 +18,7 @@ from mycelium.api.rooms import require_room
 from mycelium.api.tasks import BoardRow, board_row
 from mycelium.db.queries import q
 from mycelium.errors import Refusal
+from mycelium.hub import Hub
 
 
 class VerbBody(BaseModel):
@@ -41,7 +42,7 @@ class GateRead(BaseModel):
     hub_setting: bool | None
 
 
-async def gate_read(hub: Any, room: str) -> GateRead:
+async def gate_read(hub: Hub, room: str) -> GateRead:
     row = await hub.db.fetchrow(q("dependency_gate"), room)
     return GateRead(room=room, dependency_gate=row["dependency_gate"], room_setting=row["room_setting"],
                     hub_setting=row["hub_setting"])
