@@ -155,48 +155,53 @@ async def run(args: argparse.Namespace) -> None:
     try:
         hub.wait_ready()
         limits = httpx.Limits(max_connections=args.agents, max_keepalive_connections=args.agents)
-        async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+        # a fresh client per phase: keep-alive connections idle while rows are filed would be closed
+        # by the server under the client's feet
+        current: dict[str, httpx.AsyncClient] = {}
 
-            async def sql_claim(row: str, who: str) -> bool:
-                room, key = row.split(" ", 1)
-                try:
-                    await pool.execute("SELECT 1 FROM mycelium.claim_task($1, $2, $3)", room, key, who)
-                    return True
-                except asyncpg.PostgresError as exc:
-                    if exc.sqlstate != "MY409":
-                        raise
-                    return False
-
-            async def sql_resolve(row: str, who: str) -> None:
-                room, key = row.split(" ", 1)
-                await pool.execute("SELECT 1 FROM mycelium.resolve_task($1, $2, $3)", room, key, who)
-
-            async def http_claim(row: str, who: str) -> bool:
-                room, key = row.split(" ", 1)
-                resp = await client.post(f"{hub.url}/api/rooms/{room}/assignments/claim",
-                                         json={"key": key, "handle": who})
-                if resp.status_code == 409:
-                    return False
-                resp.raise_for_status()
+        async def sql_claim(row: str, who: str) -> bool:
+            room, key = row.split(" ", 1)
+            try:
+                await pool.execute("SELECT 1 FROM mycelium.claim_task($1, $2, $3)", room, key, who)
                 return True
+            except asyncpg.PostgresError as exc:
+                if exc.sqlstate != "MY409":
+                    raise
+                return False
 
-            async def http_resolve(row: str, who: str) -> None:
-                room, key = row.split(" ", 1)
-                resp = await client.post(f"{hub.url}/api/rooms/{room}/assignments/resolve",
-                                         json={"key": key, "handle": who})
-                resp.raise_for_status()
+        async def sql_resolve(row: str, who: str) -> None:
+            room, key = row.split(" ", 1)
+            await pool.execute("SELECT 1 FROM mycelium.resolve_task($1, $2, $3)", room, key, who)
 
-            paths = {"sql": (sql_claim, sql_resolve), "http": (http_claim, http_resolve)}
-            for r in range(args.runs):
-                for rooms in layouts:
-                    for path, (claim, resolve) in paths.items():
-                        prefix = f"{path}-{rooms}-{r}"
-                        rows = await file_rows(conn, prefix, args.rows, rooms)
+        async def http_claim(row: str, who: str) -> bool:
+            room, key = row.split(" ", 1)
+            resp = await current["client"].post(f"{hub.url}/api/rooms/{room}/assignments/claim",
+                                                json={"key": key, "handle": who})
+            if resp.status_code == 409:
+                return False
+            resp.raise_for_status()
+            return True
+
+        async def http_resolve(row: str, who: str) -> None:
+            room, key = row.split(" ", 1)
+            resp = await current["client"].post(f"{hub.url}/api/rooms/{room}/assignments/resolve",
+                                                json={"key": key, "handle": who})
+            resp.raise_for_status()
+
+        paths = {"sql": (sql_claim, sql_resolve), "http": (http_claim, http_resolve)}
+        for r in range(args.runs):
+            for rooms in layouts:
+                for path, (claim, resolve) in paths.items():
+                    prefix = f"{path}-{rooms}-{r}"
+                    rows = await file_rows(conn, prefix, args.rows, rooms)
+                    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+                        current["client"] = client
                         res = await work(rows, args.agents, claim, resolve, r)
-                        res["doubles"] = sum([await double_claims(conn, f"{prefix}-{j}") for j in range(rooms)])
-                        results.setdefault((path, rooms), []).append(res)
-                        print(f"run {r + 1}, {rooms} room(s), {path}: {res['cycles_s']:,.0f} cycles/s", flush=True)
-                floors["sql"].append(await select1_rate(pool, args.agents, args.floor_calls))
+                    res["doubles"] = sum([await double_claims(conn, f"{prefix}-{j}") for j in range(rooms)])
+                    results.setdefault((path, rooms), []).append(res)
+                    print(f"run {r + 1}, {rooms} room(s), {path}: {res['cycles_s']:,.0f} cycles/s", flush=True)
+            floors["sql"].append(await select1_rate(pool, args.agents, args.floor_calls))
+            async with httpx.AsyncClient(timeout=60, limits=limits) as client:
                 floors["http"].append(await health_rate(client, hub.url, args.agents, args.floor_calls))
     finally:
         hub.stop()
