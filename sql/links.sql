@@ -99,24 +99,30 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
            '/+$', '')
 $$;
 
--- The text with every code region blanked to spaces (same length, newlines kept), so links and
--- headings inside code are not seen and every position still points into the original text.
--- Fences: a line of ``` or ~~~ (3 or more, up to 3 spaces in) opens a block that a line of at least
--- as many of the same character closes (an unclosed fence runs to the end). Inline code: a run of
--- N backticks up to the next run of exactly N on the same line.
+-- The text with every code region blanked (same length, newlines kept) so that links and headings
+-- inside code are not seen, and every position still points into the original text. The blank is
+-- U+0001, a character no link can contain, so a link found in the blanked text reads the same in the
+-- original. Fences: a line of ``` or ~~~ (3 or more, up to 3 spaces in) opens a block that a line of
+-- at least as many of the same character closes (an unclosed fence runs to the end). Inline code: a
+-- run of N backticks up to the next run of exactly N on the same line. Linear in the text's length:
+-- each line is cut once into its backtick runs, and each run's partner is found by one backward scan.
 CREATE FUNCTION mycelium.link_code_mask(p_body text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
+  blank constant text := chr(1);
   lines text[];
   line text;
   fence text;
   m text[];
-  i integer;
-  p integer;
-  s integer;
+  runs integer[];
+  gaps text[];
+  partner integer[];
+  last_at integer[];
+  parts text[];
+  k integer;
+  j integer;
   c integer;
-  n integer;
-  run text;
+  span integer;
 BEGIN
   IF p_body IS NULL OR (strpos(p_body, '`') = 0 AND strpos(p_body, '~~~') = 0) THEN
     RETURN p_body;
@@ -125,39 +131,48 @@ BEGIN
   FOR i IN 1 .. coalesce(array_length(lines, 1), 0) LOOP
     line := lines[i];
     IF fence IS NOT NULL THEN
-      lines[i] := repeat(' ', length(line));
+      lines[i] := repeat(blank, length(line));
       IF line ~ ('^ {0,3}' || left(fence, 1) || '{' || length(fence) || ',}[ \t\r]*$') THEN
         fence := NULL;
       END IF;
       CONTINUE;
     END IF;
+    CONTINUE WHEN strpos(line, '`') = 0 AND strpos(line, '~~~') = 0;
     m := regexp_match(line, '^ {0,3}(`{3,}|~{3,})(.*)$');
     IF m IS NOT NULL AND NOT (left(m[1], 1) = '`' AND strpos(m[2], '`') > 0) THEN
       fence := m[1];
-      lines[i] := repeat(' ', length(line));
+      lines[i] := repeat(blank, length(line));
       CONTINUE;
     END IF;
-    p := 1;
-    LOOP
-      s := regexp_instr(line, '`+', p);
-      EXIT WHEN s = 0;
-      n := length(regexp_substr(line, '`+', s));
-      c := s + n;
-      LOOP
-        c := regexp_instr(line, '`+', c);
-        EXIT WHEN c = 0;
-        run := regexp_substr(line, '`+', c);
-        EXIT WHEN length(run) = n;
-        c := c + length(run);
-      END LOOP;
-      IF c = 0 THEN
-        p := s + n;  -- no closing run: the backticks are literal
+    CONTINUE WHEN strpos(line, '`') = 0;
+    runs := ARRAY(SELECT length(r[1]) FROM regexp_matches(line, '`+', 'g') r);
+    gaps := regexp_split_to_array(line, '`+');
+    k := array_length(runs, 1);
+    partner := array_fill(NULL::integer, ARRAY[k]);
+    last_at := '{}';
+    FOR j IN REVERSE k .. 1 LOOP  -- partner[j]: the next run as long as run j
+      partner[j] := last_at[runs[j]];
+      last_at[runs[j]] := j;
+    END LOOP;
+    parts := ARRAY[gaps[1]];
+    j := 1;
+    WHILE j <= k LOOP
+      c := partner[j];
+      IF c IS NULL THEN  -- no closing run: the backticks are literal
+        parts := array_append(parts, repeat('`', runs[j]));
+        parts := array_append(parts, gaps[j + 1]);
+        j := j + 1;
       ELSE
-        line := overlay(line PLACING repeat(' ', c + n - s) FROM s FOR c + n - s);
-        p := c + n;
+        span := 0;
+        FOR x IN j .. c LOOP
+          span := span + runs[x] + CASE WHEN x > j THEN length(gaps[x]) ELSE 0 END;
+        END LOOP;
+        parts := array_append(parts, repeat(blank, span));
+        parts := array_append(parts, gaps[c + 1]);
+        j := c + 1;
       END IF;
     END LOOP;
-    lines[i] := line;
+    lines[i] := array_to_string(parts, '');
   END LOOP;
   RETURN array_to_string(lines, E'\n');
 END
@@ -209,20 +224,21 @@ $$;
 
 -- The one pattern for a link in text, tried left to right (leftmost match wins, so a URI inside a
 -- wikilink or a markdown link is part of that one edge):
---   ![[...]] or [[...]]            (no brackets or newline inside)
+--   ![[...]] or [[...]]            (no brackets, newline or code inside)
 --   [label](myc://...)
 --   myc://...                      (a bare URI: runs to whitespace or a bracket or quote)
 CREATE FUNCTION mycelium.link_pattern() RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $re$
-  SELECT '!?\[\[[^][\n]*\]\]'
-      || '|\[[^][\n]*\]\(myc://[^()[:space:]]*\)'
-      || '|myc://[^][()<>"''`[:space:]]*'
+  SELECT '!?\[\[[^][\n\u0001]*\]\]'
+      || '|\[[^][\n\u0001]*\]\(myc://[^()[:space:]\u0001]*\)'
+      || '|myc://[^][()<>"''`[:space:]\u0001]*'
 $re$;
 
--- The links of a text whose code is already blanked (p_masked = link_code_mask(p_body)): body links
+-- The links of a text whose code is already blanked (p_masked = link_code_mask(body)): body links
 -- in text order, then frontmatter relations. One regex pass finds the matches; splitting on the same
 -- pattern gives the text between them, and the running length of both is where each match starts.
-CREATE FUNCTION mycelium.parse_masked_links(p_room text, p_body text, p_masked text, p_meta jsonb)
+-- A match holds no blanked character, so it is also the original text at that place.
+CREATE FUNCTION mycelium.parse_masked_links(p_room text, p_masked text, p_meta jsonb)
 RETURNS TABLE (ord integer, target text, kind text, anchor text, label text, relation text,
                raw text, cross_room text, pos integer)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -236,7 +252,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     FROM tokens t JOIN gaps g ON g.n = t.n
   ), read AS (
     SELECT p.n, p.pos, c.kind, c.ref, c.md_label,
-           CASE WHEN c.kind = 'uri' AND NOT starts_with(p.tok, '[') THEN length(c.ref) ELSE length(p.tok) END AS span
+           CASE WHEN c.kind = 'uri' AND NOT starts_with(p.tok, '[') THEN c.ref ELSE p.tok END AS raw
     FROM placed p CROSS JOIN LATERAL (
       SELECT CASE WHEN starts_with(p.tok, '![[') THEN 'transclusion'
                   WHEN starts_with(p.tok, '[[') THEN 'wikilink' ELSE 'uri' END AS kind,
@@ -251,7 +267,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   ), links AS (
     SELECT 1 AS part, r.n AS n1, 0::bigint AS n2, r.kind, l.target, l.anchor,
            coalesce(l.label, r.md_label) AS label, NULL::text AS relation,
-           substr(p_body, r.pos, r.span) AS raw, l.cross_room, r.pos
+           r.raw, l.cross_room, r.pos
     FROM read r CROSS JOIN LATERAL mycelium.link_ref(p_room, r.ref) l
     WHERE l.target IS NOT NULL AND (r.kind <> 'uri' OR r.ref ~ '^myc://.')
     UNION ALL
@@ -277,7 +293,7 @@ CREATE FUNCTION mycelium.parse_links(p_room text, p_body text, p_meta jsonb DEFA
 RETURNS TABLE (ord integer, target text, kind text, anchor text, label text, relation text,
                raw text, cross_room text, pos integer)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT * FROM mycelium.parse_masked_links(p_room, p_body, mycelium.link_code_mask(p_body), p_meta)
+  SELECT * FROM mycelium.parse_masked_links(p_room, mycelium.link_code_mask(p_body), p_meta)
 $$;
 
 -- The headings of a text whose code is blanked, in order: line number, level and anchor slug
@@ -355,7 +371,7 @@ BEGIN
     INSERT INTO mycelium.memory_links (room, source_key, ord, target, kind, anchor, label, relation, raw,
                                        cross_room, pos)
     SELECT m.room, m.key, l.ord, l.target, l.kind, l.anchor, l.label, l.relation, l.raw, l.cross_room, l.pos
-    FROM mycelium.parse_masked_links(m.room, m.body, masked, m.meta) l;
+    FROM mycelium.parse_masked_links(m.room, masked, m.meta) l;
     INSERT INTO mycelium.memory_anchors (room, key, anchor, level, line)
     SELECT m.room, m.key, o.slug, o.level, o.line
     FROM mycelium.masked_outline(m.body, masked) o WHERE o.slug <> '';
@@ -562,38 +578,45 @@ $$;
 
 -- A memory's body with each ![[...]] replaced by the target's text (or the #anchor section of it).
 -- Depth 1: pulled text goes in as it is, markers inside it stay literal, so cycles cannot happen.
--- A marker that cannot be expanded stays exactly as written and is reported with its error.
+-- A marker that cannot be expanded stays exactly as written and is reported with its error. The
+-- text is cut once at every ![[...]]; the ones the index holds (by position) are the transclusions,
+-- the others (in code, degenerate, directives) stay as they are.
 CREATE FUNCTION mycelium.expand_memory(p_room text, p_key text) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
+  marker constant text := '!\[\[[^][\n\u0001]*\]\]';
   src text;
-  rendered text := '';
-  expansions jsonb := '[]';
-  cur integer := 1;
-  piece text;
-  e record;
+  result jsonb;
 BEGIN
   PERFORM mycelium.require_room(p_room);
   SELECT m.body INTO src FROM mycelium.memories m WHERE m.room = p_room AND m.key = p_key;
   IF NOT FOUND THEN
     RETURN jsonb_build_object('key', p_key, 'rendered', '', 'expansions', '[]'::jsonb, 'found', false);
   END IF;
-  FOR e IN
-    SELECT l.*, t.body AS target_body
-    FROM mycelium.link_edges l
-    LEFT JOIN mycelium.memories t ON t.room = l.room AND t.key = l.target AND l.resolved
-    WHERE l.room = p_room AND l.source_key = p_key AND l.kind = 'transclusion'
-    ORDER BY l.pos
-  LOOP
-    rendered := rendered || substr(src, cur, e.pos - cur);
-    piece := CASE WHEN e.resolved THEN mycelium.memory_section(e.target_body, e.anchor) END;
-    rendered := rendered || coalesce(piece, e.raw);
-    expansions := expansions || jsonb_build_object(
-      'target', e.target, 'anchor', e.anchor, 'raw', e.raw, 'expanded', piece IS NOT NULL,
-      'error', CASE WHEN piece IS NULL THEN coalesce(e.error, 'no_anchor') END);
-    cur := e.pos + length(e.raw);
-  END LOOP;
-  rendered := rendered || substr(src, cur);
-  RETURN jsonb_build_object('key', p_key, 'rendered', rendered, 'expansions', expansions, 'found', true);
+  WITH cut AS (
+    SELECT g.n, g.before, x.m[1] AS marker,
+           (sum(length(g.before) + coalesce(length(x.m[1]), 0)) OVER (ORDER BY g.n)
+            - coalesce(length(x.m[1]), 0) + 1)::integer AS pos
+    FROM regexp_split_to_table(src, marker) WITH ORDINALITY AS g(before, n)
+    LEFT JOIN regexp_matches(src, marker, 'g') WITH ORDINALITY AS x(m, n) ON x.n = g.n
+  ), pieces AS (
+    SELECT c.n, c.before, c.marker, l.target, l.anchor, l.error,
+           CASE WHEN l.resolved THEN mycelium.memory_section(t.body, l.anchor) END AS pulled
+    FROM cut c
+    LEFT JOIN mycelium.link_edges l
+      ON l.room = p_room AND l.source_key = p_key AND l.kind = 'transclusion' AND l.pos = c.pos
+    LEFT JOIN mycelium.memories t ON t.room = p_room AND t.key = l.target AND l.resolved
+  )
+  SELECT jsonb_build_object(
+    'key', p_key,
+    'rendered', string_agg(p.before || coalesce(p.pulled, p.marker, ''), '' ORDER BY p.n),
+    'expansions', coalesce(jsonb_agg(jsonb_build_object(
+        'target', p.target, 'anchor', p.anchor, 'raw', p.marker, 'expanded', p.pulled IS NOT NULL,
+        'error', CASE WHEN p.pulled IS NULL THEN coalesce(p.error, 'no_anchor') END) ORDER BY p.n)
+      FILTER (WHERE p.target IS NOT NULL), '[]'),
+    'found', true)
+  INTO result
+  FROM pieces p;
+  RETURN result;
 END
 $$;

@@ -44,6 +44,12 @@ CASES = [
      [("after", "wikilink", None, None, None, None)]),
     ("an-unclosed-backtick-is-literal", "a ` b [[still-a-link]]", {},
      [("still-a-link", "wikilink", None, None, None, None)]),
+    ("a-code-span-closes-only-on-a-run-of-the-same-length",
+     "`` a ` [[in]] `` [[out]] `[[x]]` [[after]] ``` [[open]]", {},
+     [("out", "wikilink", None, None, None, None), ("after", "wikilink", None, None, None, None),
+      ("open", "wikilink", None, None, None, None)]),
+    ("code-inside-a-wikilink-makes-it-no-link", "[[a `b` c]] and [[d]]", {},
+     [("d", "wikilink", None, None, None, None)]),
     ("a-uri-inside-a-wikilink-is-one-edge", "[[myc://decisions/db#Why]] and ![[myc://g/x]]", {},
      [("decisions/db", "wikilink", "why", None, None, None),
       ("g/x", "transclusion", None, None, None, None)]),
@@ -319,6 +325,12 @@ async def test_expansion_is_depth_one_so_markers_in_pulled_text_stay_literal(cli
                 {"key": "self", "value": "me: ![[self]]", "meta": {"expandable": True}})
     assert (await expand(client, "a"))["rendered"] == "A says B says ![[a]]"
     assert (await expand(client, "self"))["rendered"] == "me: me: ![[self]]"
+
+
+async def test_expansion_splices_at_character_positions_after_non_ascii_text(client, room):
+    await write(client, {"key": "g", "value": "G", "meta": {"expandable": True}},
+                {"key": "s", "value": "Café ☕ — ![[g]] → ключ ![[g]]!"})
+    assert (await expand(client, "s"))["rendered"] == "Café ☕ — G → ключ G!"
 
 
 async def test_markers_in_code_are_not_expanded(client, room):
