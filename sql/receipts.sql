@@ -15,7 +15,7 @@
 
 CREATE TABLE mycelium.receipts (
   id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  receipt_id text NOT NULL UNIQUE,
+  receipt_id text NOT NULL CONSTRAINT receipt_id_is_rcpt_id CHECK (receipt_id = 'rcpt-' || id),
   agent_id text NOT NULL,
   seq bigint NOT NULL CHECK (seq >= 1),
   kind text NOT NULL CHECK (kind IN ('tool', 'task', 'release')),
@@ -62,7 +62,7 @@ CREATE TABLE mycelium.receipt_keys (
 );
 
 CREATE TABLE mycelium.receipt_signatures (
-  receipt_id text PRIMARY KEY REFERENCES mycelium.receipts (receipt_id),
+  id bigint PRIMARY KEY REFERENCES mycelium.receipts (id),
   key_id text NOT NULL REFERENCES mycelium.receipt_keys (key_id),
   signature bytea NOT NULL CHECK (length(signature) = 64),
   signed_at timestamptz NOT NULL DEFAULT now()
@@ -70,8 +70,7 @@ CREATE TABLE mycelium.receipt_signatures (
 
 -- Receipts still waiting for the hub's signature (a work queue, not a record).
 CREATE TABLE mycelium.receipts_unsigned (
-  receipt_id text PRIMARY KEY,
-  id bigint NOT NULL
+  id bigint PRIMARY KEY
 );
 
 -- ---------------------------------------------------------------------------------------------
@@ -131,10 +130,10 @@ BEGIN
   NEW.seq := head.seq + 1;
   NEW.prev_hash := CASE WHEN head.seq = 0 THEN NULL ELSE head.hash END;
   NEW.recorded_at := now();
-  NEW.receipt_id := coalesce(NEW.receipt_id, 'rcpt-' || replace(gen_random_uuid()::text, '-', ''));
+  NEW.receipt_id := 'rcpt-' || NEW.id;
   NEW.hash := mycelium.receipt_hash(NEW.prev_hash, NEW);
   UPDATE mycelium.receipt_heads SET seq = NEW.seq, hash = NEW.hash WHERE agent_id = NEW.agent_id;
-  INSERT INTO mycelium.receipts_unsigned (receipt_id, id) VALUES (NEW.receipt_id, NEW.id);
+  INSERT INTO mycelium.receipts_unsigned (id) VALUES (NEW.id);
   RETURN NEW;
 END
 $$;
@@ -162,17 +161,20 @@ CREATE FUNCTION mycelium.transitions_receipt() RETURNS trigger LANGUAGE plpgsql 
 DECLARE
   released boolean := NEW.operator_resolution IS NOT NULL
                       AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution;
+  rid bigint;
 BEGIN
   IF NOT released AND (NEW.terminal_outcome = 'IN_FLIGHT' OR NEW.terminal_outcome = OLD.terminal_outcome) THEN
     RETURN NEW;
   END IF;
-  NEW.receipt_ref := 'rcpt-' || replace(gen_random_uuid()::text, '-', '');
+  rid := nextval('mycelium.receipts_id_seq');
+  NEW.receipt_ref := 'rcpt-' || rid;
   INSERT INTO mycelium.receipts (
-    receipt_id, agent_id, seq, kind, action, request_id, transition_key, side_effect_class, policy_version,
+    id, receipt_id, agent_id, seq, kind, action, request_id, transition_key, side_effect_class, policy_version,
     inputs_hash, outputs_hash, outcome, boundary, fence, external_operation_ref, error, verified,
     resolved_by, resolution_reason, started_at, finished_at, hash)
+  OVERRIDING SYSTEM VALUE
   VALUES (
-    NEW.receipt_ref, NEW.agent_id, 1, CASE WHEN released THEN 'release' ELSE NEW.kind END, NEW.tool,
+    rid, NEW.receipt_ref, NEW.agent_id, 1, CASE WHEN released THEN 'release' ELSE NEW.kind END, NEW.tool,
     NEW.request_id, NEW.transition_key, NEW.side_effect_class, NEW.policy_version, NEW.args_hash,
     CASE WHEN NEW.result IS NOT NULL THEN encode(sha256(convert_to(NEW.result::text, 'UTF8')), 'hex') END,
     NEW.terminal_outcome, NEW.side_effect_boundary, NEW.fence, NEW.external_operation_ref, NEW.error,
@@ -213,28 +215,28 @@ LANGUAGE sql AS $$
 $$;
 
 CREATE FUNCTION mycelium.unsigned_receipt_batch(p_limit integer DEFAULT 500)
-RETURNS TABLE (receipt_id text, hash bytea) LANGUAGE sql STABLE AS $$
-  SELECT r.receipt_id, r.hash FROM mycelium.receipts_unsigned u JOIN mycelium.receipts r ON r.id = u.id
+RETURNS TABLE (id bigint, hash bytea) LANGUAGE sql STABLE AS $$
+  SELECT r.id, r.hash FROM mycelium.receipts_unsigned u JOIN mycelium.receipts r ON r.id = u.id
   ORDER BY u.id LIMIT p_limit
 $$;
 
 -- Store signatures computed by the key holder over each receipt's hash. A key must be registered
 -- and active; a receipt is signed once.
-CREATE FUNCTION mycelium.sign_receipts(p_key_id text, p_receipt_ids text[], p_signatures bytea[])
+CREATE FUNCTION mycelium.sign_receipts(p_key_id text, p_ids bigint[], p_signatures bytea[])
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE n integer;
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM mycelium.receipt_keys WHERE key_id = p_key_id AND retired_at IS NULL) THEN
     PERFORM mycelium.refuse(409, 'key_not_active', format('receipt key %s is not registered or retired', p_key_id));
   END IF;
-  IF cardinality(p_receipt_ids) <> cardinality(p_signatures) THEN
+  IF cardinality(p_ids) <> cardinality(p_signatures) THEN
     PERFORM mycelium.refuse(422, 'signature_mismatch', 'one signature per receipt id');
   END IF;
-  INSERT INTO mycelium.receipt_signatures (receipt_id, key_id, signature)
-  SELECT r, p_key_id, s FROM unnest(p_receipt_ids, p_signatures) AS x(r, s)
-  ON CONFLICT (receipt_id) DO NOTHING;
+  INSERT INTO mycelium.receipt_signatures (id, key_id, signature)
+  SELECT r, p_key_id, s FROM unnest(p_ids, p_signatures) AS x(r, s)
+  ON CONFLICT (id) DO NOTHING;
   GET DIAGNOSTICS n = ROW_COUNT;
-  DELETE FROM mycelium.receipts_unsigned WHERE receipt_id = ANY (p_receipt_ids);
+  DELETE FROM mycelium.receipts_unsigned WHERE id = ANY (p_ids);
   RETURN n;
 END
 $$;
@@ -320,4 +322,4 @@ CREATE VIEW mycelium.receipt_export AS
          mycelium.receipt_ts(r.recorded_at) AS recorded_at,
          encode(r.prev_hash, 'hex') AS prev_hash, encode(r.hash, 'hex') AS hash,
          s.key_id, encode(s.signature, 'hex') AS signature, r.recorded_at AS recorded_at_ts
-  FROM mycelium.receipts r LEFT JOIN mycelium.receipt_signatures s ON s.receipt_id = r.receipt_id;
+  FROM mycelium.receipts r LEFT JOIN mycelium.receipt_signatures s ON s.id = r.id;

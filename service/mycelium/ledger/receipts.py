@@ -165,7 +165,7 @@ async def sign_pending(db: asyncpg.Pool | asyncpg.Connection, key: ReceiptKey, b
         rows = await db.fetch(q("unsigned_receipts"), batch)
         if not rows:
             return total
-        ids = [r["receipt_id"] for r in rows]
+        ids = [r["id"] for r in rows]
         signatures = [key.sign(bytes(r["hash"]).hex()) for r in rows]
         await db.fetchval(q("sign_receipts"), key.key_id, ids, signatures)
         total += len(rows)
