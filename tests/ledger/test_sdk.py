@@ -274,3 +274,38 @@ async def test_a_task_running_elsewhere_is_pending_and_a_completed_task_returns_
     finish.set()
     assert await first == "sales done"
     assert await nightly("anything", task_id="nightly-1") == "sales done"
+
+
+class AsyncProvider:
+    def __init__(self, answer: ReconcileResult, delay: float = 0.0) -> None:
+        self.answer, self.delay, self.asked = answer, delay, 0
+
+    async def reconcile_async(self, entry):
+        self.asked += 1
+        await asyncio.sleep(self.delay)
+        return self.answer
+
+
+@pytest.mark.parametrize(("delay", "settles"), [(0.0, True), (5.0, False)])
+async def test_an_async_reconciler_is_preferred_and_a_slow_one_times_out_into_a_hard_block(
+    make_ledger, delay, settles
+):
+    led = make_ledger(reconcile_timeout=0.2)
+    provider = AsyncProvider(ReconcileResult.completed({"sent": "msg-1"}), delay)
+    runs = []
+
+    @ledger(action_ledger=led, transition_binding=NIM, reconciler=provider)
+    async def send(to: str) -> dict:
+        runs.append(to)
+        async with side_effect():
+            record_external_operation("msg-1")
+            raise ConnectionError("reply lost")
+
+    with pytest.raises(ConnectionError):
+        await send("a@x", tool_call_id="c")
+    if settles:
+        assert await send("a@x", tool_call_id="c") == {"sent": "msg-1"}
+    else:
+        with pytest.raises(LedgerHardBlockError):
+            await send("a@x", tool_call_id="c")
+    assert runs == ["a@x"] and provider.asked == 1
