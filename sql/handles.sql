@@ -63,6 +63,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT mycelium.normalize_handle(m[2]), m[1] = '~', min(ord)
   FROM regexp_matches(coalesce(p_text, ''), '(?:^|(?<=[\s(<]))@(~?)([A-Za-z0-9][A-Za-z0-9_-]*)', 'g')
        WITH ORDINALITY AS t (m, ord)
+  WHERE strpos(p_text, '@') > 0  -- most texts name nobody: skip the pattern
   GROUP BY 1, 2
 $$;
 

@@ -1,6 +1,9 @@
--- Message search: one row per readable message with every field the search grammar narrows by
--- (contracts/message-search.json), derived in the database from the folded timeline. The query
--- itself is composed per request (service/mycelium/conversations/search.py) over this view.
+-- Message search: one document per readable message with every field the search grammar narrows
+-- by (contracts/message-search.json), kept by the database as messages arrive: a message inserts its
+-- document, an amendment rewrites its original's (newest text, edited). Like an index, documents
+-- are derived and never written by a client. The query itself is composed per request
+-- (service/mycelium/conversations/search.py); the task a thread belongs to is joined at query time,
+-- so a renamed task is found by its new title.
 
 -- What a message is, for `type:`: a chat message's own type (announce, direct, broadcast, delegate,
 -- event), else its payload type (reply, message, tick, ping, notice, ...).
@@ -13,7 +16,8 @@ $$;
 -- stance=/action= inside a [[mycelium: …]] marker in the prose (mirrors core/markers.stance_of).
 CREATE FUNCTION mycelium.stance_of(p_payload jsonb, p_text text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT CASE WHEN p_payload ->> 'action' IN ('accept', 'reject') THEN p_payload ->> 'action' ELSE (
+  SELECT CASE WHEN p_payload ->> 'action' IN ('accept', 'reject') THEN p_payload ->> 'action'
+              WHEN strpos(p_text, '[[') = 0 THEN NULL ELSE (
     SELECT CASE WHEN v IN ('accept', 'agree', 'yes', 'approve') THEN 'accept' ELSE 'reject' END
     FROM (
       SELECT lower(coalesce(p[2], p[3], p[4])) AS v, i, j
@@ -37,7 +41,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     CASE WHEN p_text ~ 'myc://' OR p_text ~* '\[\[(?!\s*mycelium\s*:)[^\]\[]+\]\]' THEN 'memory' END,
     CASE WHEN strpos(p_text, '`') > 0 THEN 'code' END,
     CASE WHEN jsonb_typeof(p_payload -> 'scores') = 'object' AND p_payload -> 'scores' <> '{}'::jsonb
-           OR EXISTS (
+           OR strpos(p_text, '[[') > 0 AND EXISTS (
              SELECT 1
              FROM regexp_matches(coalesce(p_text, ''), '\[\[\s*mycelium\s*:((?:[^\]]|\](?!\]))*)\]\]', 'gi') AS mk (b),
                   regexp_matches(mk.b[1], '(?:^|[^[:alnum:]_-])([A-Z])\s*=\s*([0-9]{1,3})(?=[\s,;]|$)', 'g') AS pr (p)
@@ -54,34 +58,96 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                           OR starts_with(lower(mycelium.episode_short_id(p_episode)), p_ref))
 $$;
 
-CREATE VIEW mycelium.message_search_docs AS
-SELECT
-  t.room, t.position, t.id, t.created_at, t.edited_at, t.episode, t.sender, t.sender_role,
-  t.recipients, t.parents, t.kind, t.subkind, t.payload_type, t.payload, t.content, t.text, t.mentions,
-  t.silent_mentions,
-  lower(t.text) AS lowered,
-  mycelium.normalize_handle(t.sender) AS from_handle,
-  ARRAY(SELECT DISTINCT mycelium.normalize_handle(r) FROM unnest(t.recipients) r
-        WHERE mycelium.normalize_handle(r) NOT IN ('', mycelium.normalize_handle(t.sender))) AS to_handles,
-  mh.handles AS mention_handles,
-  b.key AS task_key,
-  b.title AS task_title,
-  CASE WHEN t.episode = mycelium.live_episode(t.room) THEN 'channel' ELSE 'thread' END AS in_value,
-  mycelium.message_type_of(t.payload_type, t.payload) AS type_value,
-  coalesce(nullif(t.payload -> 'metadata' ->> 'kind', ''), nullif(t.subkind, '')) AS kind_value,
-  t.payload -> 'metadata' ->> 'status' AS status_value,
-  mycelium.stance_of(t.payload, t.text) AS stance,
-  lower(t.payload ->> 'step') AS step,
-  array_remove(ARRAY[CASE WHEN t.edited_at IS NOT NULL THEN 'edited' END,
-                     CASE WHEN t.payload ? 'step' THEN 'conductor' END], NULL) AS is_values,
-  mycelium.message_has(t.text, t.payload, mh.handles) AS has_values,
-  (t.created_at AT TIME ZONE 'UTC')::date::text AS day,
-  CASE WHEN jsonb_typeof(t.payload -> 'metadata' -> 'ttl_seconds') = 'number'
-       THEN t.created_at + make_interval(secs => (t.payload -> 'metadata' ->> 'ttl_seconds')::double precision)
-  END AS expires_at
-FROM mycelium.timeline t
-CROSS JOIN LATERAL (
-  SELECT coalesce(array_agg(handle ORDER BY first_seen), '{}') AS handles
-  FROM (SELECT handle, min(first_seen) AS first_seen FROM mycelium.mentions_in(t.text) GROUP BY handle) x
-) mh
-LEFT JOIN LATERAL mycelium.row_of_episode(t.room, t.episode) b ON t.episode <> mycelium.live_episode(t.room);
+CREATE TABLE mycelium.message_search (
+  room text NOT NULL REFERENCES mycelium.rooms (name) ON DELETE CASCADE,
+  position bigint NOT NULL,
+  id uuid NOT NULL,
+  episode text NOT NULL,
+  created_at timestamptz NOT NULL,
+  edited_at timestamptz,
+  text text NOT NULL,
+  lowered text NOT NULL,
+  from_handle text NOT NULL,
+  to_handles text[] NOT NULL,
+  mention_handles text[] NOT NULL,
+  in_value text NOT NULL,
+  type_value text NOT NULL,
+  kind_value text,
+  status_value text,
+  stance text,
+  step text,
+  is_values text[] NOT NULL,
+  has_values text[] NOT NULL,
+  day text NOT NULL,
+  expires_at timestamptz,
+  PRIMARY KEY (room, position)
+);
+CREATE INDEX message_search_text ON mycelium.message_search USING gin (lowered gin_trgm_ops);
+CREATE INDEX message_search_thread ON mycelium.message_search (room, episode, position);
+
+-- Write the document of message m whose current text is p_text (edited at p_edited, if it was);
+-- p_mentions: every handle the text names, loud or silent, first seen first.
+CREATE FUNCTION mycelium.index_message(m mycelium.messages, p_text text, p_edited timestamptz,
+                                       p_mentions text[]) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  sender text := mycelium.normalize_handle(m.sender);
+BEGIN
+  INSERT INTO mycelium.message_search AS d (
+    room, position, id, episode, created_at, edited_at, text, lowered, from_handle, to_handles,
+    mention_handles, in_value, type_value, kind_value, status_value, stance, step, is_values, has_values,
+    day, expires_at)
+  VALUES (
+    m.room, m.position, m.id, m.episode, m.created_at, p_edited, p_text, lower(p_text), sender,
+    CASE WHEN cardinality(m.recipients) = 0 THEN '{}'::text[] ELSE
+      ARRAY(SELECT DISTINCT mycelium.normalize_handle(r) FROM unnest(m.recipients) r
+            WHERE mycelium.normalize_handle(r) NOT IN ('', sender)) END,
+    p_mentions,
+    CASE WHEN m.episode = mycelium.live_episode(m.room) THEN 'channel' ELSE 'thread' END,
+    mycelium.message_type_of(m.payload_type, m.payload),
+    coalesce(nullif(m.payload -> 'metadata' ->> 'kind', ''), nullif(m.subkind, '')),
+    m.payload -> 'metadata' ->> 'status',
+    mycelium.stance_of(m.payload, p_text),
+    lower(m.payload ->> 'step'),
+    array_remove(ARRAY[CASE WHEN p_edited IS NOT NULL THEN 'edited' END,
+                       CASE WHEN m.payload ? 'step' THEN 'conductor' END], NULL),
+    mycelium.message_has(p_text, m.payload, p_mentions),
+    (m.created_at AT TIME ZONE 'UTC')::date::text,
+    CASE WHEN jsonb_typeof(m.payload -> 'metadata' -> 'ttl_seconds') = 'number'
+         THEN m.created_at + make_interval(secs => (m.payload -> 'metadata' ->> 'ttl_seconds')::double precision)
+    END)
+  ON CONFLICT (room, position) DO UPDATE SET
+    edited_at = excluded.edited_at, text = excluded.text, lowered = excluded.lowered,
+    mention_handles = excluded.mention_handles, stance = excluded.stance, is_values = excluded.is_values,
+    has_values = excluded.has_values;
+END
+$$;
+
+-- Every handle a text names, loud or silent, each once, first seen first.
+CREATE FUNCTION mycelium.named_handles(p_text text) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT coalesce(array_agg(handle ORDER BY first_seen), '{}')
+  FROM (SELECT handle, min(first_seen) AS first_seen FROM mycelium.mentions_in(p_text) GROUP BY handle) x
+$$;
+
+CREATE FUNCTION mycelium.messages_index() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE original mycelium.messages;
+BEGIN
+  IF NEW.subkind = 'amend' AND cardinality(NEW.parents) > 0 THEN
+    SELECT * INTO original FROM mycelium.messages WHERE room = NEW.room AND id = NEW.parents[1];
+    IF FOUND THEN
+      PERFORM mycelium.index_message(original, NEW.content, NEW.created_at, mycelium.named_handles(NEW.content));
+    END IF;
+  ELSIF cardinality(NEW.mentions) + cardinality(NEW.silent_mentions) = 0 THEN
+    PERFORM mycelium.index_message(NEW, NEW.content, NULL, '{}');
+  ELSE
+    PERFORM mycelium.index_message(NEW, NEW.content, NULL, mycelium.named_handles(NEW.content));
+  END IF;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER messages_index AFTER INSERT ON mycelium.messages
+  FOR EACH ROW EXECUTE FUNCTION mycelium.messages_index();
+
+-- Messages written before this file was applied.
+SELECT mycelium.index_message(m, t.text, t.edited_at, mycelium.named_handles(t.text))
+FROM mycelium.timeline t JOIN mycelium.messages m ON m.room = t.room AND m.position = t.position;

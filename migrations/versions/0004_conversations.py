@@ -8,7 +8,7 @@ Create Date: 2026-11-30
 
 from alembic import op
 
-from mycelium.db.migrate import apply_sql, drop_sql
+from mycelium.db.migrate import apply_sql, drop_sql, run_script
 
 revision = "0004_conversations"
 down_revision = "0003_board"
@@ -25,18 +25,23 @@ FUNCTIONS = (
     "thread_known", "describe_floor", "check_thread_write", "messages_admit", "floors_before_write",
     "floors_after_write", "hold_floor", "release_floor", "freeze_roster", "thaw_roster",
     "delivery_cursors_forward", "inbox_anchor", "touch_presence", "take_next", "reply", "room_members",
-    "message_type_of", "stance_of", "message_has", "thread_matches",
+    "message_type_of", "stance_of", "message_has", "thread_matches", "index_message", "named_handles",
+    "messages_index",
 )
 
 
 def upgrade() -> None:
+    # trigram indexes for substring search (a trusted contrib extension; like vector, it stays on
+    # downgrade, since other schemas may use it)
+    run_script(op, "CREATE EXTENSION IF NOT EXISTS pg_trgm")
     apply_sql(op, *FILES)
 
 
 def downgrade() -> None:
     names = ", ".join(f"'{name}'" for name in FUNCTIONS)
     drop_sql(op, f"""
-      DROP VIEW IF EXISTS mycelium.message_search_docs;
+      DROP TRIGGER IF EXISTS messages_index ON mycelium.messages;
+      DROP TABLE IF EXISTS mycelium.message_search CASCADE;
       DROP TRIGGER IF EXISTS messages_admit ON mycelium.messages;
       DROP TRIGGER IF EXISTS messages_ping ON mycelium.messages;
       DROP TRIGGER IF EXISTS messages_wake ON mycelium.messages;

@@ -1,7 +1,8 @@
 """Message search: the grammar's typed query (``core.search_grammar``) run as SQL in Postgres.
 
-The query is composed per request with SQLAlchemy Core over ``mycelium.message_search_docs`` (one row
-per readable message with every searchable field derived in the database) and sent through asyncpg.
+The query is composed per request with SQLAlchemy Core over ``mycelium.message_search`` (one document
+per readable message with every searchable field, kept by the database as messages arrive; the
+text has a trigram index) joined to the memory bound to each thread, and sent through asyncpg.
 It reproduces the reference rules of the grammar module:
 
 * **matching and score**: every word and phrase must appear (case-insensitive substring), no
@@ -33,7 +34,6 @@ from sqlalchemy import (
     Select,
     Text,
     and_,
-    case,
     column,
     false,
     func,
@@ -60,24 +60,21 @@ FACET_FIELDS = tuple(f for f in grammar.FIELDS if f != "thread")
 FACET_SIZE = 12
 
 _TEXT_ARRAY = ARRAY(Text)
-_SCALAR_COLUMNS = (
-    "room", "episode", "sender", "sender_role", "kind", "subkind", "payload_type", "content", "text",
-    "lowered", "from_handle",
-    "task_key", "task_title", "in_value", "type_value", "kind_value", "status_value", "stance", "step",
-    "day",
-)
+_SCALAR_COLUMNS = ("room", "episode", "text", "lowered", "from_handle", "in_value", "type_value",
+                   "kind_value", "status_value", "stance", "step", "day")
 docs = table(
-    "message_search_docs",
+    "message_search",
     *(column(name, Text) for name in _SCALAR_COLUMNS),
     column("position", Integer), column("id"), column("created_at", DateTime(timezone=True)),
     column("edited_at", DateTime(timezone=True)), column("expires_at", DateTime(timezone=True)),
-    column("recipients", _TEXT_ARRAY), column("parents"), column("payload"),
-    *(column(name, _TEXT_ARRAY) for name in ("mentions", "silent_mentions", "to_handles", "mention_handles",
-                                             "is_values", "has_values")),
+    *(column(name, _TEXT_ARRAY) for name in ("to_handles", "mention_handles", "is_values", "has_values")),
     schema="mycelium",
 )
+memories = table("memories", column("room", Text), column("episode", Text), column("key", Text),
+                 column("value"), column("meta"), schema="mycelium")
 _dialect = asyncpg_dialect()
 _REGEX_SPECIAL = re.compile(r"([\\^$.|?*+()\[\]{}])")
+_LIKE_SPECIAL = re.compile(r"([\\%_])")
 
 
 def compile_sql(stmt: Select[Any]) -> tuple[str, list[Any]]:
@@ -95,21 +92,27 @@ def _count(haystack: ColumnElement[str], needle: str) -> ColumnElement[int]:
     return removed.self_group().op("/")(len(needle))  # integer division
 
 
+def contains(lowered: ColumnElement[str], needle: str) -> ColumnElement[bool]:
+    """``needle`` is in the text, written as LIKE so the trigram index can find it."""
+    return lowered.like("%" + _LIKE_SPECIAL.sub(r"\\\1", needle) + "%")
+
+
+def text_matches(query: grammar.SearchQuery, lowered: ColumnElement[str]) -> list[ColumnElement[bool]]:
+    """Every word and phrase present, no excluded word."""
+    return ([contains(lowered, n) for n in (*query.phrases, *query.words)]
+            + [not_(contains(lowered, x)) for x in query.excluded])
+
+
 def text_score(query: grammar.SearchQuery, lowered: ColumnElement[str]) -> ColumnElement[Any]:
-    """The grammar's score of a message's text, NULL when it does not match."""
-    required: list[ColumnElement[bool]] = [func.strpos(lowered, x) == 0 for x in query.excluded]
+    """The grammar's score of a message's text that matches (see :func:`text_matches`)."""
     score: ColumnElement[Any] = literal(0, Integer)
     for phrase in query.phrases:
-        required.append(func.strpos(lowered, phrase) > 0)
         score = score + grammar.PHRASE_WEIGHT * _count(lowered, phrase)
     for word in query.words:
-        required.append(func.strpos(lowered, word) > 0)
         whole = r"(?<!\w)" + _REGEX_SPECIAL.sub(r"\\\1", word) + r"(?!\w)"
         capped = func.least(_count(lowered, word), grammar.TERM_COUNT_CAP)
         score = score + capped + func.regexp_count(lowered, whole)
-    if not required:
-        return score
-    return case((and_(*required), score), else_=None)
+    return score
 
 
 def clause_predicate(c: Any, clause: grammar.Clause) -> ColumnElement[bool]:
@@ -243,26 +246,30 @@ async def search_messages(
         paging = parse_cursor(cursor, query.sort)
 
         scope_types = [t for t in NOT_PROSE if t not in query.named_types]
+        bound = and_(memories.c.room == docs.c.room, memories.c.episode == docs.c.episode)
+        title = func.mycelium.memory_title(memories.c.value, memories.c.meta, type_=Text)
         base = (
-            select(*docs.c, text_score(query, docs.c.lowered).label("score"))
-            .where(docs.c.room == room)
+            select(*docs.c, memories.c.key.label("task_key"), title.label("task_title"),
+                   text_score(query, docs.c.lowered).label("score"))
+            .select_from(docs.outerjoin(memories, bound))
+            .where(docs.c.room == room, *text_matches(query, docs.c.lowered))
             .where(docs.c.type_value.not_in(scope_types) if scope_types else true())
             .where(or_(docs.c.expires_at.is_(None), docs.c.expires_at > func.now()))
             .cte("base")
         )
         c = base.c
-        common = [c.score.is_not(None)]
+        common: list[ColumnElement[bool]] = []
         if query.after is not None:
             common.append(c.created_at >= query.after)
         if query.before is not None:
             common.append(c.created_at < query.before)
         by_field = query.by_field()
         field_preds = {name: field_predicate(c, clauses) for name, clauses in by_field.items()}
-        matches = and_(*common, *field_preds.values())
+        matches = and_(true(), *common, *field_preds.values())
 
-        counts_sql, counts_args = compile_sql(
-            select(func.count().filter(matches), func.count()).select_from(base))
-        total, scanned = await conn.fetchrow(counts_sql, *counts_args)
+        counts_sql, counts_args = compile_sql(select(func.count().filter(matches)).select_from(base))
+        total = await conn.fetchval(counts_sql, *counts_args)
+        scanned = await conn.fetchval(q("searchable_messages"), room, scope_types)
 
         hits_stmt = select(*c).where(matches)
         if query.sort == "relevance":
@@ -283,6 +290,8 @@ async def search_messages(
         rows = list(await conn.fetch(hits_sql, *hits_args))
         more = len(rows) > limit
         rows = rows[:limit]
+        shown = await conn.fetch(q("timeline_rows"), room, [r["position"] for r in rows])
+        full = {r["position"]: r for r in shown}
 
         result = SearchResult(query=raw, parsed=query, total=total, scanned=scanned)
         if more and rows:
@@ -299,7 +308,7 @@ async def search_messages(
         for r in rows:
             around = neighbours.get(r["position"], {"before": [], "after": []})
             result.hits.append({
-                "row": r,
+                "row": full[r["position"]],
                 "snippet": grammar.snippet(r["text"], query.needles),
                 "score": int(r["score"]),
                 "task_key": r["task_key"],
@@ -332,7 +341,7 @@ async def _facets(
         else:
             part = select(literal(name, Text).label("field"), value.label("value"), label.label("label")) \
                 .select_from(base).where(value.is_not(None))
-        parts.append(part.where(and_(*common, *others)))
+        parts.append(part.where(and_(true(), *common, *others)))
     bucketed = union_all(*parts).subquery("buckets")
     counted = (
         select(bucketed.c.field, bucketed.c.value, func.max(bucketed.c.label).label("label"),
