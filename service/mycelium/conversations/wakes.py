@@ -30,7 +30,8 @@ class Waiters:
     """The waiters of one process, keyed by what wakes them."""
 
     def __init__(self, listener: Listener) -> None:
-        self._listener = listener
+        # weak: the registry below is keyed by the listener, and a value must not keep its key alive
+        self._listener = weakref.ref(listener)
         self._handles: dict[tuple[str, str], set[asyncio.Event]] = defaultdict(set)
         self._rooms: dict[str, set[asyncio.Event]] = defaultdict(set)
         listener.on(WAKES_CHANNEL, self._on_wake)
@@ -41,9 +42,10 @@ class Waiters:
         self._ready = False
 
     async def ready(self) -> None:
-        if not self._ready:
-            await self._listener.listen(WAKES_CHANNEL)
-            await self._listener.listen(MESSAGES_CHANNEL)
+        listener = self._listener()
+        if not self._ready and listener is not None:
+            await listener.listen(WAKES_CHANNEL)
+            await listener.listen(MESSAGES_CHANNEL)
             self._ready = True
 
     # -- registering ------------------------------------------------------------------------------
