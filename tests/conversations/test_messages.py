@@ -190,3 +190,15 @@ async def test_positions_stay_gapless_when_threads_and_the_room_interleave(clien
     positions = [r["position"] for r in await admin_conn.fetch(
         "SELECT position FROM mycelium.messages WHERE room = 'atlas' ORDER BY position")]
     assert positions == list(range(1, len(positions) + 1))
+
+
+async def test_deleting_a_room_takes_its_conversations_with_it(client, task, admin_conn):
+    await post(client, content="@bob hi")
+    await post(client, sender_handle="api", content="x", episode=task.episode)
+    await client.get("/api/rooms/atlas/await", params={"handle": "bob", "timeout": 0.1})
+    await admin_conn.execute("SELECT holder FROM mycelium.hold_floor('atlas', $1, 'conductor')", task.episode)
+    await admin_conn.execute("SELECT frozen_by FROM mycelium.freeze_roster('atlas', $1, ARRAY['api'], 'aligner')",
+                             task.episode)
+    assert (await client.delete("/api/rooms/atlas")).status_code == 204
+    for table in ("messages", "message_search", "floors", "rosters", "delivery_cursors", "presence"):
+        assert await admin_conn.fetchval(f"SELECT count(*) FROM mycelium.{table}") == 0, table
