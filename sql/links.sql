@@ -298,7 +298,8 @@ $$;
 
 -- The headings of a text whose code is blanked, in order: line number, level and anchor slug
 -- (the heading's own text, closing #s dropped). A repeated slug gets "-1", "-2", ... as on GitHub;
--- an empty heading has slug '' (it has no anchor, but it still ends a section).
+-- an empty heading has slug '' (it has no anchor, but it still ends a section). Slugs are unique: a
+-- heading whose slug an earlier one already took (literally "Foo 1" and a second "Foo") has none.
 CREATE FUNCTION mycelium.masked_outline(p_body text, p_masked text)
 RETURNS TABLE (line integer, level integer, slug text)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -309,10 +310,13 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     FROM unnest(string_to_array(p_body, E'\n'), string_to_array(p_masked, E'\n'))
          WITH ORDINALITY AS x(orig, masked, n)
     WHERE strpos(p_body, '#') > 0 AND x.masked ~ '^ {0,3}#{1,6}([ \t]|\r?$)'
+  ), numbered AS (
+    SELECT h.line, h.level,
+           CASE WHEN h.base = '' OR h.dup = 0 THEN h.base ELSE h.base || '-' || h.dup END AS slug
+    FROM (SELECT h.*, row_number() OVER (PARTITION BY h.base ORDER BY h.line) - 1 AS dup FROM heads h) h
   )
-  SELECT line, level,
-         CASE WHEN base = '' OR dup = 0 THEN base ELSE base || '-' || dup END
-  FROM (SELECT h.*, row_number() OVER (PARTITION BY base ORDER BY line) - 1 AS dup FROM heads h) d
+  SELECT line, level, CASE WHEN row_number() OVER (PARTITION BY slug ORDER BY line) = 1 THEN slug ELSE '' END
+  FROM numbered
   ORDER BY line
 $$;
 

@@ -173,6 +173,16 @@ async def test_the_slug_and_outline_functions_answer_in_psql(psql):
     assert [(o["level"], o["slug"]) for o in outline] == [(1, "a"), (2, "c-lang"), (2, "")]
 
 
+async def test_a_heading_whose_slug_is_taken_gets_no_anchor_and_the_write_still_succeeds(psql):
+    await psql.execute(
+        "INSERT INTO mycelium.memories (room, key, value, created_by) VALUES ('r', 'dup/heads', $1, 'me')",
+        {"text": "# Foo\n# Foo 1\n# Foo\n## Foo"})
+    anchors = await psql.fetch(
+        "SELECT anchor, line FROM mycelium.memory_anchors WHERE room = 'r' AND key = 'dup/heads' ORDER BY line")
+    assert [(a["anchor"], a["line"]) for a in anchors] == [("foo", 1), ("foo-1", 2), ("foo-2", 4)]
+    assert await psql.fetch("SELECT * FROM mycelium.link_drift('r')") == []
+
+
 async def test_slugs_keep_unicode_letters_where_the_server_has_a_unicode_collation(psql):
     if not await psql.fetchval(
             "SELECT EXISTS (SELECT 1 FROM pg_collation WHERE collname IN ('pg_c_utf8', 'C.utf8', 'C.UTF-8'))"):
