@@ -66,9 +66,10 @@ CREATE TABLE mycelium.memory_anchors (
 
 -- A heading or an anchor as a URL fragment, GitHub-style: lower case, punctuation dropped, runs of
 -- spaces become one hyphen ("Trade Offs" -> "trade-offs", "Why? (v2)" -> "why-v2", "Über" -> "über").
--- Letters are Unicode letters whatever the database's locale: the function is made with the first
--- Unicode-aware collation the server has (builtin pg_c_utf8 from PostgreSQL 17, else libc C.utf8);
--- without one, non-ASCII letters are dropped like punctuation.
+-- ASCII text (the common case) takes string functions; other text takes regular expressions with
+-- the first Unicode-aware collation the server has (builtin pg_c_utf8 from PostgreSQL 17, else libc
+-- C.utf8), so letters are Unicode letters whatever the database's locale; without one, non-ASCII
+-- letters are dropped like punctuation. Both ways give the same slug for ASCII text.
 DO $slug$
 DECLARE
   coll text;
@@ -82,21 +83,39 @@ BEGIN
   EXECUTE format($fn$
     CREATE FUNCTION mycelium.link_slug(p_text text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-      SELECT btrim(regexp_replace(regexp_replace(lower(btrim(p_text) %s), '[^[:alnum:][:space:]_-]', '', 'g'),
-                                  '[[:space:]]+', '-', 'g'), '-')
-    $$ $fn$, coalesce(coll, ''));
+      SELECT CASE WHEN octet_length(p_text) = length(p_text) THEN
+        -- whitespace becomes a space, other punctuation and control characters go, spaces join by "-"
+        btrim(array_to_string(array_remove(string_to_array(translate(lower(p_text),
+          E'\t\n\v\f\r!"#$%%&''()*+,./:;<=>?@[\\]^`{|}~' || %L, '     '), ' '), ''), '-'), '-')
+      ELSE
+        btrim(regexp_replace(regexp_replace(lower(btrim(p_text) %s), '[^[:alnum:][:space:]_-]', '', 'g'),
+                             '[[:space:]]+', '-', 'g'), '-')
+      END
+    $$ $fn$,
+    (SELECT string_agg(chr(c), '') FROM generate_series(1, 31) c WHERE c NOT BETWEEN 9 AND 13) || chr(127),
+    coalesce(coll, ''));
 END
 $slug$;
 
 -- A link target as a memory key: no myc:// scheme, no leading "/" or "./", no trailing ".md" or "/".
+-- (String functions, not regular expressions: this runs for every link of every write.)
 CREATE FUNCTION mycelium.link_key(p_ref text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT regexp_replace(regexp_replace(regexp_replace(regexp_replace(
-           regexp_replace(btrim(p_ref), '^myc://', ''),
-           '^(\./|/)+', ''),
-           '/+$', ''),
-           '\.md$', ''),
-           '/+$', '')
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+  k text := btrim(p_ref);
+BEGIN
+  IF starts_with(k, 'myc://') THEN
+    k := substr(k, 7);
+  END IF;
+  WHILE starts_with(k, '/') OR starts_with(k, './') LOOP
+    k := ltrim(substr(k, 2), '/');
+  END LOOP;
+  k := rtrim(k, '/');
+  IF right(k, 3) = '.md' THEN
+    k := rtrim(left(k, -3), '/');
+  END IF;
+  RETURN k;
+END
 $$;
 
 -- The text with every code region blanked (same length, newlines kept) so that links and headings
@@ -106,14 +125,18 @@ $$;
 -- at least as many of the same character closes (an unclosed fence runs to the end). Inline code: a
 -- run of N backticks up to the next run of exactly N on the same line. Linear in the text's length:
 -- each line is cut once into its backtick runs, and each run's partner is found by one backward scan.
+-- String functions only: a regular expression per line would cost more than the rest together.
 CREATE FUNCTION mycelium.link_code_mask(p_body text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
   blank constant text := chr(1);
   lines text[];
   line text;
-  fence text;
-  m text[];
+  t text;
+  fence_char text;
+  fence_len integer;
+  run integer;
+  pieces text[];
   runs integer[];
   gaps text[];
   partner integer[];
@@ -130,29 +153,43 @@ BEGIN
   lines := string_to_array(p_body, E'\n');
   FOR i IN 1 .. coalesce(array_length(lines, 1), 0) LOOP
     line := lines[i];
-    IF fence IS NOT NULL THEN
+    CONTINUE WHEN fence_char IS NULL AND strpos(line, '`') = 0 AND strpos(line, '~~~') = 0;
+    t := ltrim(line, ' ');
+    run := CASE WHEN length(line) - length(t) <= 3 AND left(t, 1) IN ('`', '~')
+                THEN length(t) - length(ltrim(t, left(t, 1))) ELSE 0 END;
+    IF fence_char IS NOT NULL THEN  -- inside a block: blank it; a long enough bare fence closes it
       lines[i] := repeat(blank, length(line));
-      IF line ~ ('^ {0,3}' || left(fence, 1) || '{' || length(fence) || ',}[ \t\r]*$') THEN
-        fence := NULL;
+      IF left(t, 1) = fence_char AND run >= fence_len AND btrim(substr(t, run + 1), E' \t\r') = '' THEN
+        fence_char := NULL;
       END IF;
       CONTINUE;
     END IF;
-    CONTINUE WHEN strpos(line, '`') = 0 AND strpos(line, '~~~') = 0;
-    m := regexp_match(line, '^ {0,3}(`{3,}|~{3,})(.*)$');
-    IF m IS NOT NULL AND NOT (left(m[1], 1) = '`' AND strpos(m[2], '`') > 0) THEN
-      fence := m[1];
+    IF run >= 3 AND NOT (left(t, 1) = '`' AND strpos(substr(t, run + 1), '`') > 0) THEN
+      fence_char := left(t, 1);  -- an opening fence (a backtick fence's info string has no backtick)
+      fence_len := run;
       lines[i] := repeat(blank, length(line));
       CONTINUE;
     END IF;
     CONTINUE WHEN strpos(line, '`') = 0;
-    runs := ARRAY(SELECT length(r[1]) FROM regexp_matches(line, '`+', 'g') r);
-    gaps := regexp_split_to_array(line, '`+');
+    -- the line as gaps and maximal backtick runs: gaps[1] runs[1] gaps[2] ... runs[k] gaps[k+1]
+    pieces := string_to_array(line, '`');
+    gaps := ARRAY[pieces[1]];
+    runs := '{}';
+    run := 0;
+    FOR x IN 2 .. array_length(pieces, 1) LOOP
+      run := run + 1;
+      IF pieces[x] <> '' OR x = array_length(pieces, 1) THEN
+        runs := array_append(runs, run);
+        gaps := array_append(gaps, pieces[x]);
+        run := 0;
+      END IF;
+    END LOOP;
     k := array_length(runs, 1);
     partner := array_fill(NULL::integer, ARRAY[k]);
     last_at := '{}';
-    FOR j IN REVERSE k .. 1 LOOP  -- partner[j]: the next run as long as run j
-      partner[j] := last_at[runs[j]];
-      last_at[runs[j]] := j;
+    FOR x IN REVERSE k .. 1 LOOP  -- partner[x]: the next run as long as run x
+      partner[x] := last_at[runs[x]];
+      last_at[runs[x]] := x;
     END LOOP;
     parts := ARRAY[gaps[1]];
     j := 1;
@@ -192,7 +229,8 @@ DECLARE
   hash integer;
   m text[];
 BEGIN
-  IF inner_text = '' OR inner_text ~ '^[A-Za-z][A-Za-z0-9_-]*:[[:space:]]' OR inner_text ~* '^mycelium[[:space:]]*:' THEN
+  IF inner_text = '' OR (strpos(inner_text, ':') > 0 AND (inner_text ~ '^[A-Za-z][A-Za-z0-9_-]*:[[:space:]]'
+                                                           OR inner_text ~* '^mycelium[[:space:]]*:')) THEN
     RETURN;
   END IF;
   bar := strpos(inner_text, '|');
@@ -211,7 +249,7 @@ BEGIN
     label := NULL;
     RETURN;
   END IF;
-  m := regexp_match(target, '^rooms/([^/]+)(/(.+))?$');
+  m := CASE WHEN starts_with(target, 'rooms/') THEN regexp_match(target, '^rooms/([^/]+)(/(.+))?$') END;
   IF m IS NOT NULL THEN
     IF m[1] = p_room AND m[3] IS NOT NULL THEN
       target := m[3];
@@ -259,7 +297,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
              CASE WHEN starts_with(p.tok, '![[') THEN substr(p.tok, 4, length(p.tok) - 5)
                   WHEN starts_with(p.tok, '[[') THEN substr(p.tok, 3, length(p.tok) - 4)
                   WHEN starts_with(p.tok, '[') THEN substring(p.tok FROM '\]\((.*)\)$')
-                  ELSE regexp_replace(p.tok, '[.,;:!?]+$', '')  -- a sentence ends, and the URI with it
+                  ELSE rtrim(p.tok, '.,;:!?')  -- a sentence ends, and the URI with it
              END AS ref,
              CASE WHEN starts_with(p.tok, '[') AND NOT starts_with(p.tok, '[[')
                   THEN nullif(btrim(substring(p.tok FROM '^\[(.*)\]\(')), '') END AS md_label
@@ -269,7 +307,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
            coalesce(l.label, r.md_label) AS label, NULL::text AS relation,
            r.raw, l.cross_room, r.pos
     FROM read r CROSS JOIN LATERAL mycelium.link_ref(p_room, r.ref) l
-    WHERE l.target IS NOT NULL AND (r.kind <> 'uri' OR r.ref ~ '^myc://.')
+    WHERE l.target IS NOT NULL AND (r.kind <> 'uri' OR length(r.ref) > length('myc://'))
     UNION ALL
     SELECT 2, k.n, e.n, 'relation', l.target, l.anchor, l.label, k.rel, k.rel || ': ' || (e.v #>> '{}'),
            l.cross_room, NULL
@@ -303,17 +341,27 @@ $$;
 CREATE FUNCTION mycelium.masked_outline(p_body text, p_masked text)
 RETURNS TABLE (line integer, level integer, slug text)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  WITH heads AS (
-    SELECT x.n::integer AS line, length(substring(x.masked FROM '^ {0,3}(#{1,6})')) AS level,
-           mycelium.link_slug(regexp_replace(regexp_replace(regexp_replace(x.orig,
-             '^ {0,3}#{1,6}', ''), '[ \t\r]+$', ''), '(^|[ \t])#+$', '')) AS base
+  WITH candidates AS (  -- lines starting with "#" after at most 3 spaces (string functions only)
+    SELECT x.n::integer AS line, x.orig, length(x.masked) - length(ltrim(x.masked, ' ')) AS indent,
+           ltrim(x.masked, ' ') AS t
     FROM unnest(string_to_array(p_body, E'\n'), string_to_array(p_masked, E'\n'))
          WITH ORDINALITY AS x(orig, masked, n)
-    WHERE strpos(p_body, '#') > 0 AND x.masked ~ '^ {0,3}#{1,6}([ \t]|\r?$)'
-  ), numbered AS (
+    WHERE strpos(p_body, '#') > 0 AND starts_with(ltrim(x.masked, ' '), '#')
+  ), heads AS (  -- 1 to 6 "#" then a space, a tab or the end: the text after them, trimmed
+    SELECT c.line, c.level, btrim(substr(c.orig, c.indent + c.level + 1), E' \t\r') AS text
+    FROM (SELECT candidates.*, length(t) - length(ltrim(t, '#')) AS level FROM candidates) c
+    WHERE c.indent <= 3 AND c.level <= 6 AND substr(c.t, c.level + 1, 1) IN ('', ' ', E'\t', E'\r')
+  ), titled AS (  -- without a closing run of "#" (one preceded by a space, or the whole text)
     SELECT h.line, h.level,
-           CASE WHEN h.base = '' OR h.dup = 0 THEN h.base ELSE h.base || '-' || h.dup END AS slug
-    FROM (SELECT h.*, row_number() OVER (PARTITION BY h.base ORDER BY h.line) - 1 AS dup FROM heads h) h
+           mycelium.link_slug(CASE WHEN rtrim(h.text, '#') = '' THEN ''
+                                   WHEN right(rtrim(h.text, '#'), 1) IN (' ', E'\t')
+                                     THEN rtrim(rtrim(h.text, '#'), E' \t')
+                                   ELSE h.text END) AS base
+    FROM heads h
+  ), numbered AS (
+    SELECT t.line, t.level,
+           CASE WHEN t.base = '' OR t.dup = 0 THEN t.base ELSE t.base || '-' || t.dup END AS slug
+    FROM (SELECT titled.*, row_number() OVER (PARTITION BY base ORDER BY line) - 1 AS dup FROM titled) t
   )
   SELECT line, level, CASE WHEN row_number() OVER (PARTITION BY slug ORDER BY line) = 1 THEN slug ELSE '' END
   FROM numbered
