@@ -168,6 +168,9 @@ async def test_a_memory_inserted_in_psql_gets_its_links_and_anchors_in_the_same_
 async def test_the_slug_and_outline_functions_answer_in_psql(psql):
     assert await psql.fetchval("SELECT mycelium.link_slug('Trade Offs')") == "trade-offs"
     assert await psql.fetchval("SELECT mycelium.link_slug('  Why? (v2)  ')") == "why-v2"
+    for text, slug in [("a\\b  c\tD", "ab-c-d"), ('50% off, "now"!', "50-off-now"), (" -x- ", "x"),
+                       ("snake_case & more", "snake_case-more"), ("a - b", "a---b"), ("\x01bell", "bell")]:
+        assert await psql.fetchval("SELECT mycelium.link_slug($1)", text) == slug, text
     outline = await psql.fetch("SELECT * FROM mycelium.memory_outline($1)",
                                "# A #\n  ## C# lang\n####### seven\n#nospace\n##")
     assert [(o["level"], o["slug"]) for o in outline] == [(1, "a"), (2, "c-lang"), (2, "")]
