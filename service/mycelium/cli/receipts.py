@@ -31,7 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     e.add_argument("-o", "--output", type=Path, help="file to write (default stdout)")
     e.set_defaults(func=_export)
 
-    k = rsub.add_parser("public-key", help="the hub's public keyring (JSON), or the current key as PEM")
+    k = rsub.add_parser(
+        "public-key", help="the hub's public keyring (JSON; give it to an offline verify as --public-key)"
+    )
     k.add_argument("-o", "--output", type=Path)
     k.set_defaults(func=_public_key)
 
