@@ -379,20 +379,22 @@ $$;
 CREATE FUNCTION mycelium.memory_section(p_body text, p_anchor text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-  h record;
+  start integer;
   stop integer;
   lines text[];
 BEGIN
   IF p_anchor IS NULL THEN
     RETURN btrim(p_body, E' \t\r\n');
   END IF;
-  SELECT o.line, o.level INTO h FROM mycelium.memory_outline(p_body) o WHERE o.slug = p_anchor;
-  IF NOT FOUND THEN
+  WITH o AS MATERIALIZED (SELECT * FROM mycelium.memory_outline(p_body))
+  SELECT h.line, (SELECT min(o.line) FROM o WHERE o.line > h.line AND o.level <= h.level)
+  INTO start, stop
+  FROM o h WHERE h.slug = p_anchor;
+  IF start IS NULL THEN
     RETURN NULL;
   END IF;
-  SELECT min(o.line) INTO stop FROM mycelium.memory_outline(p_body) o WHERE o.line > h.line AND o.level <= h.level;
   lines := string_to_array(p_body, E'\n');
-  RETURN btrim(array_to_string(lines[h.line + 1 : coalesce(stop - 1, array_length(lines, 1))], E'\n'),
+  RETURN btrim(array_to_string(lines[start + 1 : coalesce(stop - 1, array_length(lines, 1))], E'\n'),
                E' \t\r\n');
 END
 $$;
