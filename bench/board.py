@@ -121,6 +121,22 @@ async def select1_rate(pool: asyncpg.Pool, agents: int, calls: int) -> float:
     return calls / (time.perf_counter() - start)
 
 
+async def notice_rate(pool: asyncpg.Pool, conn: asyncpg.Connection, prefix: str, rooms: int, agents: int,
+                      calls: int) -> float:
+    """Transactions/s that do nothing but append one notice to a room's timeline (what every claim
+    and every resolve must also do), over the same number of rooms."""
+    names = [f"{prefix}-{j}" for j in range(rooms)]
+    for name in names:
+        await conn.execute("SELECT mycelium.create_room($1)", name)
+
+    async def one(i: int) -> None:
+        for _ in range(calls // agents):
+            await pool.execute("SELECT 1 FROM mycelium.post_notice($1, 'claimed', 'work/x')", names[i % rooms])
+    start = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(agents)))
+    return calls / (time.perf_counter() - start)
+
+
 async def health_rate(client: httpx.AsyncClient, url: str, agents: int, calls: int) -> float:
     """Successful ``GET /health`` calls per second (a dropped connection is not counted)."""
     ok = 0
@@ -160,6 +176,7 @@ async def run(args: argparse.Namespace) -> None:
     layouts = [1, args.spread] if args.spread > 1 else [1]
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
     floors: dict[str, list[float]] = {"sql": [], "http": []}
+    notices: dict[int, list[float]] = {}
     try:
         hub.wait_ready()
         limits = httpx.Limits(max_connections=args.agents, max_keepalive_connections=args.agents)
@@ -220,6 +237,8 @@ async def run(args: argparse.Namespace) -> None:
                     res["doubles"] = sum([await double_claims(conn, f"{prefix}-{j}") for j in range(rooms)])
                     results.setdefault((path, rooms), []).append(res)
                     print(f"run {r + 1}, {rooms} room(s), {path}: {res['cycles_s']:,.0f} cycles/s", flush=True)
+                notices.setdefault(rooms, []).append(
+                    await notice_rate(pool, conn, f"notice-{rooms}-{r}", rooms, args.agents, args.floor_calls))
             floors["sql"].append(await select1_rate(pool, args.agents, args.floor_calls))
             async with httpx.AsyncClient(timeout=60, limits=limits) as client:
                 floors["http"].append(await health_rate(client, hub.url, args.agents, args.floor_calls))
@@ -245,6 +264,9 @@ async def run(args: argparse.Namespace) -> None:
                 f"{med(key, 'refused'):,.0f} / {med(key, 'claims'):,.0f}",
                 str(sum(int(x["doubles"]) for x in results[key])),
             ])
+    notice_floor = "; ".join(
+        f"{rooms} room{'s' if rooms > 1 else ''}: {statistics.median(notices[rooms]):,.0f} notices/s "
+        f"-> at most {statistics.median(notices[rooms]) / 2:,.0f} cycles/s" for rooms in layouts)
     text = f"""## Board: claim -> resolve under contention
 
 `python bench/board.py` — {stamp()}; {machine()}; PostgreSQL 18 embedded (synchronous_commit on).
@@ -256,6 +278,10 @@ test runs: the numbers are noisy.
 
 {table(["path", "rooms", "cycles/s", "claim p50 ms", "claim p99 ms", "refused / claim calls",
         "double claims"], rows_out)}
+
+The limit of this design, same run: a cycle is two transactions that each append a notice to the
+room's timeline, so it can go no faster than half the rate of transactions that append one notice
+and do nothing else ({args.agents} connections, median): {notice_floor}.
 
 HTTP calls retried after the server closed an idle keep-alive connection: {retries["http"]}.
 Floor, same run (median): `SELECT 1` from {args.agents} pooled connections
