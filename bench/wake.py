@@ -223,6 +223,7 @@ async def run(args: argparse.Namespace) -> None:
     if args.spread > 1:
         paths.append((f"POST /messages -> await returns, {args.spread} rooms", "http", args.spread))
     results: dict[tuple[str, int, float], list[dict[str, float]]] = {}
+    loads = [os.getloadavg()[0]]
     try:
         hub.wait_ready()
         await wake_run(hub.url, conn, 100, 1, args.agents, False, "warm")  # warm the pool and caches
@@ -236,6 +237,7 @@ async def run(args: argparse.Namespace) -> None:
                         outcome = await wake_run(hub.url, conn, rate, args.seconds, args.agents, path == "sql",
                                                  tag, rooms)
                     results.setdefault((path, rooms, rate), []).append(outcome)
+                    loads.append(os.getloadavg()[0])
                     print(f"run {run_no + 1} {path:>6} x{rooms} {rate:>6.0f}/s  p50 {outcome['p50']:8.2f} ms  "
                           f"p99 {outcome['p99']:8.2f} ms  achieved {outcome['rate']:7.1f}/s  "
                           f"(POST p50 {outcome.get('post_p50', 0):.2f} ms)", flush=True)
@@ -264,7 +266,8 @@ async def run(args: argparse.Namespace) -> None:
         "agent. Latency = from just before the POST is written to the await's response being read. Medians "
         "over the runs; the last column lists every run's p99. The client is a plain keep-alive HTTP/1.1 "
         "socket per agent. The machine's 2 cores are shared by the hub, the client, PostgreSQL and other "
-        "engineers' test runs, so expect noise.",
+        f"engineers' test runs, so expect noise: the 1-minute load average during this run went from "
+        f"{min(loads):.1f} to {max(loads):.1f} (median {statistics.median(loads):.1f}).",
         "",
         table(["path", "offered", "achieved", "p50 ms", "p99 ms", "p99 per run ms"], rows),
         "",
