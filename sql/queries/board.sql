@@ -19,9 +19,6 @@ WHERE room = $1 AND (key = $2 OR episode = $2 OR short_id = $2)
 ORDER BY key = $2 DESC
 LIMIT 1
 
--- name: row_of_episode
-SELECT * FROM mycelium.row_of_episode($1, $2)
-
 -- name: read_assignment
 SELECT *, extract(epoch FROM expires_at - now())::double precision AS seconds_left
 FROM mycelium.read_assignment($1, $2)
