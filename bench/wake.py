@@ -12,7 +12,7 @@ cost of the POST from the wake path.
 The client speaks plain HTTP/1.1 over keep-alive sockets (a few lines below), so the numbers measure
 the hub rather than a client library; hub, client and PostgreSQL share the machine's cores.
 
-    python bench/wake.py                     # 100/s and 1,000/s, 5 s each, 3 runs
+    python bench/wake.py                     # 100/s, 300/s and 1,000/s, 5 s each, 3 runs
     python bench/wake.py --seconds 3 --runs 1
 """
 
@@ -281,7 +281,7 @@ async def run(args: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rates", type=float, nargs="+", default=[100, 1000])
+    p.add_argument("--rates", type=float, nargs="+", default=[100, 300, 1000])
     p.add_argument("--seconds", type=float, default=5)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--agents", type=int, default=64)
