@@ -55,15 +55,18 @@ async def test_a_conversation_from_the_command_line(hub_process, task):
     assert refused.returncode == 1 and "404" in refused.stderr
 
 
-async def test_the_await_loop_runs_a_command_per_message_and_replies_in_its_thread(hub_process, task, tmp_path):
+async def test_the_await_loop_runs_a_command_per_message_and_replies_in_its_thread(
+        hub_process, task, tmp_path, admin_conn):
     hub = hub_process()
+    head = await admin_conn.fetchval("SELECT last FROM mycelium.message_positions WHERE room = 'atlas'")
     script = tmp_path / "agent.sh"
     script.write_text('#!/bin/sh\nread -r line\necho "done: $MYCELIUM_PROMPT [[mycelium: confidence=0.9]]"\n')
     script.chmod(0o755)
     loop = subprocess.Popen([sys.executable, "-m", "mycelium.cli.main", "await", "--handle", "worker", "--loop",
                              "--timeout", "2", "--exec", str(script)], env=cli_env(hub.url),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    watch = subprocess.Popen([sys.executable, "-m", "mycelium.cli.main", "room", "watch", "--json"],
+    watch = subprocess.Popen([sys.executable, "-m", "mycelium.cli.main", "room", "watch", "--json",
+                              "--after", str(head)],
                              env=cli_env(hub.url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         await asyncio.sleep(1.5)
@@ -73,6 +76,7 @@ async def test_the_await_loop_runs_a_command_per_message_and_replies_in_its_thre
         deadline = time.monotonic() + 30
         while len(replies) < 2 and time.monotonic() < deadline:
             line = await asyncio.to_thread(watch.stdout.readline)
+            assert line, f"room watch ended: {watch.stderr.read()}"
             m = json.loads(line)
             if m["sender_handle"] == "worker":
                 replies.append(m)

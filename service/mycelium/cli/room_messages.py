@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from typing import Any
 
 import httpx
@@ -138,24 +139,31 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
+    """Follow the stream; when it drops (a hub restart, a network blip) pick up where it left off."""
     room = room_of(args)
     url = f"{api_url()}{_base(room)}/messages/stream"
-    params = {"after": args.after} if args.after is not None else {}
+    after = args.after
+    failures = 0
+    patient = httpx.Timeout(10.0, read=None)  # a quiet room sends only keepalives
     try:
-        with httpx.stream("GET", url, params=params, timeout=httpx.Timeout(10.0, read=None)) as response:
-            if response.status_code >= 400:
-                response.read()
-                fail(f"{response.status_code}: {response.text}")
-            for raw in response.iter_lines():
-                if not raw.startswith("data: "):
-                    continue
-                m = json.loads(raw[6:])
-                if args.json:
-                    print(json.dumps(m), flush=True)
-                else:
-                    print(line(m), flush=True)
+        while True:
+            params = {"after": after} if after is not None else {}
+            try:
+                with httpx.stream("GET", url, params=params, timeout=patient) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        fail(f"{response.status_code}: {response.text}")
+                    failures = 0
+                    for raw in response.iter_lines():
+                        if not raw.startswith("data: "):
+                            continue
+                        m = json.loads(raw[6:])
+                        after = m["position"]
+                        print(json.dumps(m) if args.json else line(m), flush=True)
+            except httpx.HTTPError as exc:
+                failures += 1
+                if failures >= 30:
+                    fail(f"the stream from {api_url()} is gone: {exc}")
+            time.sleep(1.0)
     except KeyboardInterrupt:
         return 0
-    except httpx.HTTPError as exc:
-        fail(f"the stream from {api_url()} ended: {exc}")
-    return 0
