@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     app = create_app(settings, on_ready=lambda hub: _announce(hub, settings.host, settings.port))
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
-                            lifespan="on", access_log=False)
+                            lifespan="on", access_log=False,
+                            timeout_graceful_shutdown=5)  # long polls must not hold a stop
     server = Server(config)
     server.run()
     return 0 if server.started else 1

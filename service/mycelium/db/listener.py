@@ -141,9 +141,10 @@ class Listener:
                 log.exception("listener callback failed on %s", channel)
 
     def _wake_everyone(self) -> None:
-        for channel, events in self._events.items():
+        for events in self._events.values():
             for event in list(events):
                 event.set()
-            for callback in list(self._callbacks.get(channel, ())):
+        for channel, callbacks in self._callbacks.items():
+            for callback in list(callbacks):
                 with contextlib.suppress(Exception):
                     callback(channel, "")

@@ -31,10 +31,17 @@ async def setup_connection(conn: asyncpg.Connection, role: str | None = None) ->
             await conn.execute(f'SET ROLE "{role}"')
 
 
+async def _keep_session(_conn: asyncpg.Connection) -> None:
+    """Released connections keep their session: the hub sets nothing on a session but its role and
+    codecs (verbs use transaction-local settings and locks), and an open transaction is still rolled
+    back by the pool. The default reset would cost a round trip on every release."""
+
+
 async def create_pool(dsn: str, *, role: str | None, min_size: int = 2, max_size: int = 20) -> asyncpg.Pool:
     async def init(conn: asyncpg.Connection) -> None:
         await setup_connection(conn, role)
 
-    pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=init)
+    pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=init,
+                                     reset=_keep_session)
     assert pool is not None
     return pool
