@@ -73,6 +73,7 @@ async def timed(conn: asyncpg.Connection, sql: str, *args: object) -> tuple[floa
 
 
 async def run(args: argparse.Namespace) -> None:
+    load_before = os.getloadavg()[0]
     rng = random.Random(42)
     nrng = np.random.default_rng(42)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -160,6 +161,7 @@ async def run(args: argparse.Namespace) -> None:
         if server is not None:
             server.detach()
 
+    load_after = os.getloadavg()[0]
     rows = [
         ["HNSW, room filter (iterative scan, ef_search 100)", f"{pct(results['hnsw_room'], 50):.1f}",
          f"{pct(results['hnsw_room'], 95):.1f}", f"{statistics.mean(recall_room):.3f}"],
@@ -181,7 +183,8 @@ async def run(args: argparse.Namespace) -> None:
         f"{args.queries} query sentences",
         f"embedded with the same model ({embed_seconds:.1f} s to embed bases and queries). Latency is client wall "
         "time per query over a unix socket, after 10 warm-up queries; recall@10 is against the exact scan of the "
-        "same query in the same run.",
+        f"same query in the same run. 1-minute load average: {load_before:.1f} at the start, "
+        f"{load_after:.1f} at the end (2 cores; above ~1 other work shares them, and latencies inflate).",
         "",
         table(["query", "p50 ms", "p95 ms", "recall@10"], rows),
         "",
