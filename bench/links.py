@@ -22,17 +22,14 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _db import bench_database
 from _report import machine, stamp, table, write_section
-from mycelium.db import migrate
-from mycelium.db.embedded import EmbeddedPostgres
 from mycelium.db.pool import setup_connection
 
 WORDS = ["billing", "onboarding", "search", "release", "payroll", "pipeline", "gateway", "budget", "outage",
@@ -94,58 +91,44 @@ async def run(args: argparse.Namespace) -> None:
     plain = [plain_body(rng) for _ in range(n)]
     no_meta = [{} for _ in range(n)]
 
-    server = None
-    if os.environ.get("DATABASE_URL"):
-        admin = os.environ["DATABASE_URL"]
-    else:
-        server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="mycelium-bench-")))
-        admin = server.attach()
-    conn0 = await asyncpg.connect(admin)
-    await conn0.execute("DROP DATABASE IF EXISTS bench_links WITH (FORCE)")
-    await conn0.execute("CREATE DATABASE bench_links")
-    await conn0.close()
-    parts = urlsplit(admin)
-    dsn = urlunsplit((parts.scheme, parts.netloc, "/bench_links", parts.query, parts.fragment))
-    await asyncio.to_thread(migrate.upgrade, dsn)
-    conn = await asyncpg.connect(dsn)
-    await setup_connection(conn)
-    rates: dict[str, list[float]] = {"on": [], "off": [], "plain_on": [], "plain_off": []}
-    try:
-        for r in range(args.repeats):
-            for variant, bodies, meta, trigger in (("on", linked, metas, True), ("off", linked, metas, False),
-                                                   ("plain_on", plain, no_meta, True),
-                                                   ("plain_off", plain, no_meta, False)):
-                room = f"{variant}-{r}"
-                await conn.execute("SELECT mycelium.create_room($1)", room)
-                action = "ENABLE" if trigger else "DISABLE"
-                for name in LINK_TRIGGERS:
-                    await conn.execute(f"ALTER TABLE mycelium.memories {action} TRIGGER {name}")
-                rates[variant].append(await load(conn, room, bodies, meta, args.batch))
-        for name in LINK_TRIGGERS:
-            await conn.execute(f"ALTER TABLE mycelium.memories ENABLE TRIGGER {name}")
-        await conn.execute("VACUUM ANALYZE")
+    async with bench_database("bench_links") as dsn:
+        conn = await asyncpg.connect(dsn)
+        await setup_connection(conn)
+        rates: dict[str, list[float]] = {"on": [], "off": [], "plain_on": [], "plain_off": []}
+        try:
+            for r in range(args.repeats):
+                for variant, bodies, meta, trigger in (("on", linked, metas, True), ("off", linked, metas, False),
+                                                       ("plain_on", plain, no_meta, True),
+                                                       ("plain_off", plain, no_meta, False)):
+                    room = f"{variant}-{r}"
+                    await conn.execute("SELECT mycelium.create_room($1)", room)
+                    action = "ENABLE" if trigger else "DISABLE"
+                    for name in LINK_TRIGGERS:
+                        await conn.execute(f"ALTER TABLE mycelium.memories {action} TRIGGER {name}")
+                    rates[variant].append(await load(conn, room, bodies, meta, args.batch))
+            for name in LINK_TRIGGERS:
+                await conn.execute(f"ALTER TABLE mycelium.memories ENABLE TRIGGER {name}")
+            await conn.execute("VACUUM ANALYZE")
 
-        room = "on-0"
-        links_per_memory = await conn.fetchval(
-            "SELECT count(*)::float / $2 FROM mycelium.memory_links WHERE room = $1", room, n)
-        keys = [f"notes/{rng.randrange(n)}" for _ in range(args.calls)]
-        lat: dict[str, list[float]] = {"select1": [], "links_of": [], "expand": []}
-        for i, key in enumerate(keys):
-            s1 = await timed(conn, "SELECT 1")
-            lo = await timed(conn, "SELECT mycelium.memory_links_of($1, $2)", room, key)
-            ex = await timed(conn, "SELECT mycelium.expand_memory($1, $2)", room, key)
-            if i >= 10:  # warm-up
-                lat["select1"].append(s1)
-                lat["links_of"].append(lo)
-                lat["expand"].append(ex)
-        whole: dict[str, list[float]] = {"graph": [], "integrity": []}
-        for _ in range(args.whole_runs):
-            whole["graph"].append(await timed(conn, "SELECT mycelium.link_graph($1)::text", room))
-            whole["integrity"].append(await timed(conn, "SELECT mycelium.link_integrity($1)::text", room))
-    finally:
-        await conn.close()
-        if server is not None:
-            server.detach()
+            room = "on-0"
+            links_per_memory = await conn.fetchval(
+                "SELECT count(*)::float / $2 FROM mycelium.memory_links WHERE room = $1", room, n)
+            keys = [f"notes/{rng.randrange(n)}" for _ in range(args.calls)]
+            lat: dict[str, list[float]] = {"select1": [], "links_of": [], "expand": []}
+            for i, key in enumerate(keys):
+                s1 = await timed(conn, "SELECT 1")
+                lo = await timed(conn, "SELECT mycelium.memory_links_of($1, $2)", room, key)
+                ex = await timed(conn, "SELECT mycelium.expand_memory($1, $2)", room, key)
+                if i >= 10:  # warm-up
+                    lat["select1"].append(s1)
+                    lat["links_of"].append(lo)
+                    lat["expand"].append(ex)
+            whole: dict[str, list[float]] = {"graph": [], "integrity": []}
+            for _ in range(args.whole_runs):
+                whole["graph"].append(await timed(conn, "SELECT mycelium.link_graph($1)::text", room))
+                whole["integrity"].append(await timed(conn, "SELECT mycelium.link_integrity($1)::text", room))
+        finally:
+            await conn.close()
 
     def rate(variant: str) -> str:
         return f"{statistics.median(rates[variant]):,.0f}"

@@ -19,18 +19,15 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _db import bench_database
 from _report import machine, stamp, table, write_section
-from mycelium.db import migrate
-from mycelium.db.embedded import EmbeddedPostgres
 from mycelium.db.pool import setup_connection
 from mycelium.embed import make_embedder
 
@@ -93,73 +90,59 @@ async def run(args: argparse.Namespace) -> None:
     texts = [f"{bases_text[b]} (note {i})" for i, b in enumerate(pick)]
     rooms = [f"room-{k}" for k in range(args.rooms)]
 
-    server = None
-    if os.environ.get("DATABASE_URL"):
-        admin = os.environ["DATABASE_URL"]
-    else:
-        server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="mycelium-bench-")))
-        admin = server.attach()
-    conn0 = await asyncpg.connect(admin)
-    await conn0.execute("DROP DATABASE IF EXISTS bench_memory_search WITH (FORCE)")
-    await conn0.execute("CREATE DATABASE bench_memory_search")
-    await conn0.close()
-    parts = urlsplit(admin)
-    dsn = urlunsplit((parts.scheme, parts.netloc, "/bench_memory_search", parts.query, parts.fragment))
-    await asyncio.to_thread(migrate.upgrade, dsn)
-    conn = await asyncpg.connect(dsn)
-    await setup_connection(conn)
-    try:
-        for room in rooms:
-            await conn.execute("SELECT mycelium.create_room($1)", room)
+    async with bench_database("bench_memory_search") as dsn:
+        conn = await asyncpg.connect(dsn)
+        await setup_connection(conn)
+        try:
+            for room in rooms:
+                await conn.execute("SELECT mycelium.create_room($1)", room)
 
-        # 1. write path with the HNSW index maintained, on a slice
-        slice_n = min(args.indexed_slice, args.n)
-        rate_indexed = await load(conn, rooms, vectors[:slice_n], texts[:slice_n], args.batch)
-        # 2. bulk of the load through the same verb, index dropped, then built once
-        await conn.execute("DROP INDEX mycelium.memories_embedding")
-        rate_bulk = await load_rest(conn, rooms, vectors, texts, slice_n, args.batch)
-        await conn.execute("SET maintenance_work_mem = '1GB'")
-        t = time.perf_counter()
-        await conn.execute(
-            "CREATE INDEX memories_embedding ON mycelium.memories USING hnsw (embedding vector_cosine_ops)")
-        build_seconds = time.perf_counter() - t
-        await conn.execute("VACUUM ANALYZE mycelium.memories")
+            # 1. write path with the HNSW index maintained, on a slice
+            slice_n = min(args.indexed_slice, args.n)
+            rate_indexed = await load(conn, rooms, vectors[:slice_n], texts[:slice_n], args.batch)
+            # 2. bulk of the load through the same verb, index dropped, then built once
+            await conn.execute("DROP INDEX mycelium.memories_embedding")
+            rate_bulk = await load_rest(conn, rooms, vectors, texts, slice_n, args.batch)
+            await conn.execute("SET maintenance_work_mem = '1GB'")
+            t = time.perf_counter()
+            await conn.execute(
+                "CREATE INDEX memories_embedding ON mycelium.memories USING hnsw (embedding vector_cosine_ops)")
+            build_seconds = time.perf_counter() - t
+            await conn.execute("VACUUM ANALYZE mycelium.memories")
 
-        await conn.execute("SET hnsw.iterative_scan = relaxed_order")
-        await conn.execute("SET hnsw.ef_search = 100")
-        q_vec = "SELECT key FROM mycelium.memories WHERE room = $1 ORDER BY embedding <=> $2 LIMIT 10"
-        q_all = "SELECT key FROM mycelium.memories ORDER BY embedding <=> $1 LIMIT 10"
-        q_exact_room = ("SELECT key FROM mycelium.memories WHERE room = $1 "
-                        "ORDER BY (embedding <=> $2) + 0 LIMIT 10")
-        q_exact_all = "SELECT key FROM mycelium.memories ORDER BY (embedding <=> $1) + 0 LIMIT 10"
-        q_verb = "SELECT key FROM mycelium.search_memories($1, $2, $3, 10)"
+            await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+            await conn.execute("SET hnsw.ef_search = 100")
+            q_vec = "SELECT key FROM mycelium.memories WHERE room = $1 ORDER BY embedding <=> $2 LIMIT 10"
+            q_all = "SELECT key FROM mycelium.memories ORDER BY embedding <=> $1 LIMIT 10"
+            q_exact_room = ("SELECT key FROM mycelium.memories WHERE room = $1 "
+                            "ORDER BY (embedding <=> $2) + 0 LIMIT 10")
+            q_exact_all = "SELECT key FROM mycelium.memories ORDER BY (embedding <=> $1) + 0 LIMIT 10"
+            q_verb = "SELECT key FROM mycelium.search_memories($1, $2, $3, 10)"
 
-        results: dict[str, list[float]] = {k: [] for k in ("hnsw_room", "hnsw_all", "exact_room", "exact_all",
-                                                         "verb_room")}
-        recall_room: list[float] = []
-        recall_all: list[float] = []
-        for i, q in enumerate(queries):
-            room = rooms[i % len(rooms)]
-            vec = q.tolist()
-            warm = i < 10
-            ms, got = await timed(conn, q_vec, room, vec)
-            ms_e, exact = await timed(conn, q_exact_room, room, vec)
-            ms_a, got_a = await timed(conn, q_all, vec)
-            ms_ea, exact_a = await timed(conn, q_exact_all, vec)
-            ms_v, _ = await timed(conn, q_verb, room, vec, query_text[i])
-            if warm:
-                continue
-            results["hnsw_room"].append(ms)
-            results["exact_room"].append(ms_e)
-            results["hnsw_all"].append(ms_a)
-            results["exact_all"].append(ms_ea)
-            results["verb_room"].append(ms_v)
-            recall_room.append(len(set(got) & set(exact)) / max(1, len(exact)))
-            recall_all.append(len(set(got_a) & set(exact_a)) / max(1, len(exact_a)))
-    finally:
-        await conn.close()
-        if server is not None:
-            server.detach()
+            results: dict[str, list[float]] = {k: [] for k in ("hnsw_room", "hnsw_all", "exact_room", "exact_all",
+                                                             "verb_room")}
+            recall_room: list[float] = []
+            recall_all: list[float] = []
+            for i, q in enumerate(queries):
+                room = rooms[i % len(rooms)]
+                vec = q.tolist()
+                warm = i < 10
+                ms, got = await timed(conn, q_vec, room, vec)
+                ms_e, exact = await timed(conn, q_exact_room, room, vec)
+                ms_a, got_a = await timed(conn, q_all, vec)
+                ms_ea, exact_a = await timed(conn, q_exact_all, vec)
+                ms_v, _ = await timed(conn, q_verb, room, vec, query_text[i])
+                if warm:
+                    continue
+                results["hnsw_room"].append(ms)
+                results["exact_room"].append(ms_e)
+                results["hnsw_all"].append(ms_a)
+                results["exact_all"].append(ms_ea)
+                results["verb_room"].append(ms_v)
+                recall_room.append(len(set(got) & set(exact)) / max(1, len(exact)))
+                recall_all.append(len(set(got_a) & set(exact_a)) / max(1, len(exact_a)))
+        finally:
+            await conn.close()
 
     load_after = os.getloadavg()[0]
     rows = [

@@ -1,0 +1,49 @@
+"""Shared by the benchmarks: a fresh, migrated database of the bench's own.
+
+On the server at ``DATABASE_URL`` when it is set, else on an embedded server in a temporary folder
+(stopped again when the bench leaves).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from mycelium.db import migrate
+from mycelium.db.embedded import EmbeddedPostgres
+
+
+def with_database(dsn: str, database: str) -> str:
+    parts = urlsplit(dsn)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, parts.fragment))
+
+
+@asynccontextmanager
+async def bench_database(name: str) -> AsyncIterator[str]:
+    """Yield the DSN of database ``name``, dropped and created afresh, migrated to head."""
+    server = None
+    if os.environ.get("DATABASE_URL"):
+        admin = os.environ["DATABASE_URL"]
+    else:
+        server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="mycelium-bench-")))
+        admin = await asyncio.to_thread(server.attach)
+    try:
+        conn = await asyncpg.connect(admin)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+        dsn = with_database(admin, name)
+        await asyncio.to_thread(migrate.upgrade, dsn)
+        yield dsn
+    finally:
+        if server is not None:
+            await asyncio.to_thread(server.detach)
