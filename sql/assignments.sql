@@ -87,8 +87,11 @@ CREATE TYPE mycelium.lease_read AS (
   assignment_note text, assignment_note_by text, waiting_on text[], claim_id bigint, lease_version integer
 );
 
-CREATE FUNCTION mycelium.lease_read(m mycelium.memories, a mycelium.assignments) RETURNS mycelium.lease_read
-LANGUAGE sql STABLE AS $$
+-- p_waiting_on, when given, is what the row waits on, read by the caller before it wrote the lease
+-- (a lease never changes what its own row waits on): the verbs append their notice, which takes
+-- the room's timeline lock, as late as they can, so nothing slow runs between it and the commit.
+CREATE FUNCTION mycelium.lease_read(m mycelium.memories, a mycelium.assignments, p_waiting_on text[] DEFAULT NULL)
+RETURNS mycelium.lease_read LANGUAGE sql STABLE AS $$
   SELECT m.room, m.key, m.episode, m.version, mycelium.memory_title(m.value, m.meta),
          s.assignment, a.state, a.owner, a.claimed_at, a.ttl_minutes,
          mycelium.task_lease_end(a.claimed_at, a.ttl_minutes),
@@ -99,7 +102,7 @@ LANGUAGE sql STABLE AS $$
          CASE WHEN s.assignment = 'expired' THEN format('expired — @%s stopped renewing', a.owner)
               ELSE a.note END,
          CASE WHEN s.assignment = 'expired' THEN 'runtime' ELSE a.note_by END,
-         mycelium.waiting_on(m.room, m.key),
+         coalesce(p_waiting_on, mycelium.waiting_on(m.room, m.key)),
          a.claim_id, coalesce(a.version, 0)
   FROM (SELECT CASE
           WHEN a.state IS NULL THEN 'unclaimed'
@@ -208,6 +211,7 @@ DECLARE
   by_handle text := mycelium.actor();
 BEGIN
   SELECT value, meta, episode INTO m FROM mycelium.memories WHERE room = NEW.room AND key = NEW.key;
+  PERFORM mycelium.wake_hint('mycelium_board', NEW.room);
   IF TG_OP = 'UPDATE' AND OLD.state = 'held' AND NOT mycelium.task_lease_live(OLD)
      AND (NEW.claim_id IS DISTINCT FROM OLD.claim_id OR NEW.state <> 'held') THEN
     PERFORM mycelium.announce_expiry(OLD, by_handle);
@@ -219,7 +223,6 @@ BEGIN
     PERFORM mycelium.row_notice(NEW.room, NEW.state, NEW.key, m.value, m.meta, m.episode,
       jsonb_build_object('by', coalesce(NEW.note_by, by_handle), 'note', NEW.note));
   END IF;
-  PERFORM pg_notify('mycelium_board', NEW.room);
   RETURN NULL;
 END
 $$;
@@ -230,6 +233,9 @@ CREATE TRIGGER assignments_after_write AFTER INSERT OR UPDATE ON mycelium.assign
 CREATE FUNCTION mycelium.assignments_settled_ins() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE g record;
 BEGIN
+  IF NOT EXISTS (SELECT 1 FROM new_rows WHERE state = 'resolved') THEN
+    RETURN NULL;
+  END IF;
   FOR g IN
     SELECT n.room, array_agg(n.key ORDER BY n.key) AS keys, min(coalesce(n.note_by, n.updated_by)) AS actor
     FROM new_rows n JOIN mycelium.memories m ON m.room = n.room AND m.key = n.key
@@ -247,6 +253,9 @@ CREATE TRIGGER assignments_settled_ins AFTER INSERT ON mycelium.assignments
 CREATE FUNCTION mycelium.assignments_settled_upd() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE g record;
 BEGIN
+  IF NOT EXISTS (SELECT 1 FROM new_rows WHERE state = 'resolved') THEN
+    RETURN NULL;  -- a claim, release or renew settles nothing
+  END IF;
   FOR g IN
     SELECT n.room, array_agg(n.key ORDER BY n.key) AS keys, min(coalesce(n.note_by, n.updated_by)) AS actor
     FROM new_rows n
@@ -347,8 +356,8 @@ BEGIN
       jsonb_build_object('key', p_key, 'owner', a.owner, 'claimed_at', a.claimed_at,
                          'ttl_minutes', a.ttl_minutes));
   END IF;
+  waits := mycelium.waiting_on(p_room, p_key);
   IF NOT coalesce(p_force, false) AND mycelium.dependency_gate_on(p_room) THEN
-    waits := mycelium.waiting_on(p_room, p_key);
     IF cardinality(waits) > 0 THEN
       PERFORM mycelium.refuse(409, 'waiting', format('%L waits on %s', p_key, array_to_string(waits, ', ')),
                               jsonb_build_object('key', p_key, 'waiting_on', to_jsonb(waits)));
@@ -365,7 +374,7 @@ BEGIN
     WHERE room = p_room AND key = p_key
     RETURNING * INTO a;
   END IF;
-  RETURN mycelium.lease_read(m, a);
+  RETURN mycelium.lease_read(m, a, waits);
 END
 $$;
 
@@ -376,11 +385,13 @@ DECLARE
   h text := mycelium.board_require_handle(p_handle);
   m mycelium.memories;
   a mycelium.assignments;
+  waits text[];
   v_note text := coalesce(nullif(btrim(p_note), ''), 'released');
 BEGIN
   PERFORM set_config('mycelium.actor', h, true);
   m := mycelium.lock_task_lease(p_room, p_key);
   SELECT * INTO a FROM mycelium.assignments WHERE room = p_room AND key = p_key FOR UPDATE;
+  waits := mycelium.waiting_on(p_room, p_key);
   IF a.key IS NULL THEN
     INSERT INTO mycelium.assignments (room, key, state, note, note_by)
     VALUES (p_room, p_key, 'released', v_note, h)
@@ -392,7 +403,7 @@ BEGIN
     WHERE room = p_room AND key = p_key
     RETURNING * INTO a;
   END IF;
-  RETURN mycelium.lease_read(m, a);
+  RETURN mycelium.lease_read(m, a, waits);
 END
 $$;
 
@@ -404,10 +415,12 @@ DECLARE
   h text := mycelium.board_require_handle(p_handle);
   m mycelium.memories;
   a mycelium.assignments;
+  waits text[];
 BEGIN
   PERFORM set_config('mycelium.actor', h, true);
   m := mycelium.lock_task_lease(p_room, p_key);
   SELECT * INTO a FROM mycelium.assignments WHERE room = p_room AND key = p_key FOR UPDATE;
+  waits := mycelium.waiting_on(p_room, p_key);
   IF a.key IS NULL THEN
     INSERT INTO mycelium.assignments (room, key, state, note, note_by)
     VALUES (p_room, p_key, 'resolved', format('resolved by @%s', h), h)
@@ -419,7 +432,7 @@ BEGIN
     WHERE room = p_room AND key = p_key
     RETURNING * INTO a;
   END IF;
-  RETURN mycelium.lease_read(m, a);
+  RETURN mycelium.lease_read(m, a, waits);
 END
 $$;
 

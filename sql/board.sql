@@ -45,9 +45,10 @@ CREATE FUNCTION mycelium.is_board_key(p_key text) RETURNS boolean LANGUAGE sql I
   SELECT p_key LIKE '%/%' AND split_part(p_key, '/', 1) = ANY (mycelium.board_namespaces())
 $$;
 
-CREATE FUNCTION mycelium.is_assignable_key(p_key text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
-  SELECT p_key LIKE 'work/_%'
-$$;
+-- (A SQL-standard body: the assignments CHECK inlines it for every statement, and a stored body is
+-- read back instead of being parsed again.)
+CREATE FUNCTION mycelium.is_assignable_key(p_key text) RETURNS boolean LANGUAGE sql IMMUTABLE
+RETURN p_key LIKE 'work/_%';
 
 -- Everything the database believes about the board's closed sets, for the contract test.
 CREATE FUNCTION mycelium.board_vocabulary() RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
@@ -103,13 +104,24 @@ END
 $$;
 
 -- A row's title: frontmatter `title`, else the first non-empty body line without leading '#'.
+-- (PL/pgSQL: every notice and every lease read names the title, and a loop over the lines that stops
+-- at the first one costs less than a SQL function splitting the whole text into a set.)
 CREATE FUNCTION mycelium.memory_title(p_value jsonb, p_meta jsonb) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
-  SELECT coalesce(
-    nullif(btrim(p_meta ->> 'title'), ''),
-    (SELECT nullif(btrim(regexp_replace(line, '^\s*#+\s*', '')), '')
-     FROM regexp_split_to_table(coalesce(p_value ->> 'text', ''), E'\n') WITH ORDINALITY AS t(line, n)
-     WHERE btrim(line) <> '' ORDER BY n LIMIT 1))
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+  title text := nullif(btrim(p_meta ->> 'title'), '');
+  line text;
+BEGIN
+  IF title IS NOT NULL THEN
+    RETURN title;
+  END IF;
+  FOREACH line IN ARRAY string_to_array(coalesce(p_value ->> 'text', ''), E'\n') LOOP
+    IF btrim(line) <> '' THEN
+      RETURN nullif(btrim(regexp_replace(line, '^\s*#+\s*', '')), '');
+    END IF;
+  END LOOP;
+  RETURN NULL;
+END
 $$;
 
 -- The key slug of a task title: lowercased, runs of anything but a-z0-9 become '-', trimmed,

@@ -8,37 +8,46 @@
 --     @-mentions, never to its own sender; an amendment wakes nobody (the original already did);
 --   * a write into a thread raises a ping into the room's channel in the same transaction (which
 --     thread moved, who wrote, which message: never the prose);
---   * a message that wakes somebody sends a NOTIFY on mycelium_wakes naming them, so each hub
+--   * a message that wakes somebody sends a hint on mycelium_wakes naming them, so each hub
 --     process wakes only the waiters it concerns; state is always re-read from the tables.
 --   * an amendment is a new exchange:amend message parented on the original; reads fold the chain
 --     to the newest text (view mycelium.timeline).
 
 CREATE FUNCTION mycelium.message_wakes(
   p_kind text, p_subkind text, p_payload_type text, p_sender text, p_recipients text[], p_content text
-) RETURNS text[] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT CASE
-    WHEN p_kind <> 'exchange' OR coalesce(p_subkind, '') = 'amend'
-         OR p_payload_type IN ('presence', 'keepalive', 'ping', 'notice') THEN '{}'::text[]
-    ELSE coalesce((
-      SELECT array_agg(h ORDER BY first_seen)
+) RETURNS text[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  IF p_kind <> 'exchange' OR coalesce(p_subkind, '') = 'amend'
+     OR p_payload_type IN ('presence', 'keepalive', 'ping', 'notice') THEN
+    RETURN '{}';
+  END IF;
+  IF cardinality(p_recipients) = 0 AND strpos(p_content, '@') = 0 THEN
+    RETURN '{}';  -- addressed to nobody and names nobody
+  END IF;
+  RETURN coalesce((
+    SELECT array_agg(h ORDER BY first_seen)
+    FROM (
+      SELECT h, min(o) AS first_seen
       FROM (
-        SELECT h, min(o) AS first_seen
-        FROM (
-          SELECT mycelium.normalize_handle(r) AS h, o
-          FROM unnest(p_recipients) WITH ORDINALITY AS r (r, o)
-          UNION ALL
-          SELECT m.handle, 1000000 + m.first_seen
-          FROM mycelium.mentions_in(p_content) m WHERE NOT m.silent
-        ) named
-        WHERE h <> '' AND h <> mycelium.normalize_handle(p_sender)
-        GROUP BY h
-      ) addressed
-    ), '{}'::text[])
-  END
+        SELECT mycelium.normalize_handle(r) AS h, o
+        FROM unnest(p_recipients) WITH ORDINALITY AS r (r, o)
+        UNION ALL
+        SELECT m.handle, 1000000 + m.first_seen
+        FROM mycelium.mentions_in(p_content) m WHERE NOT m.silent
+      ) named
+      WHERE h <> '' AND h <> mycelium.normalize_handle(p_sender)
+      GROUP BY h
+    ) addressed
+  ), '{}'::text[]);
+END
 $$;
 COMMENT ON FUNCTION mycelium.message_wakes IS
   'The handles a message is a turn for: recipients and @-mentions of a non-control exchange, minus its sender.';
 
+-- A stored generated expression is set up again for every INSERT statement (deserialised, planned,
+-- SQL function bodies parsed to try inlining them), so each column is one call of a PL/pgSQL
+-- function, compiled once per session, which asks the cheap question first (is there an '@' at
+-- all? is this a control payload?): a notice or a ping, which has no prose, parses nothing.
 ALTER TABLE mycelium.messages
   ADD COLUMN mentions text[] GENERATED ALWAYS AS (mycelium.loud_mentions(content)) STORED,
   ADD COLUMN silent_mentions text[] GENERATED ALWAYS AS (mycelium.silent_mentions(content)) STORED,
@@ -75,8 +84,14 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- Triggers: the ping and the wake hint.
 
+-- (The conditions live in the bodies rather than in WHEN clauses: a WHEN clause is deserialised
+-- and planned again for every INSERT statement, a PL/pgSQL body once per session.)
 CREATE FUNCTION mycelium.messages_ping() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+  IF NEW.episode = mycelium.live_episode(NEW.room)
+     OR NEW.payload_type IN ('ping', 'notice', 'presence', 'keepalive') THEN
+    RETURN NULL;  -- the room's own channel, or no prose moved
+  END IF;
   INSERT INTO mycelium.messages (room, episode, kind, payload_type, sender, sender_role, payload)
   VALUES (NEW.room, mycelium.live_episode(NEW.room), 'exchange', 'ping', 'system', 'coordinator',
           jsonb_build_object('episode', NEW.episode, 'sender', NEW.sender, 'message', NEW.id::text));
@@ -84,10 +99,7 @@ BEGIN
 END
 $$;
 CREATE TRIGGER messages_ping AFTER INSERT ON mycelium.messages
-  FOR EACH ROW
-  WHEN (NEW.episode <> mycelium.live_episode(NEW.room)
-        AND NEW.payload_type NOT IN ('ping', 'notice', 'presence', 'keepalive'))
-  EXECUTE FUNCTION mycelium.messages_ping();
+  FOR EACH ROW EXECUTE FUNCTION mycelium.messages_ping();
 
 -- Payload: '<position>\t<room>\t<handle>,<handle>…' ('*' instead of the list when it would not fit).
 CREATE FUNCTION mycelium.messages_wake() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -96,7 +108,7 @@ BEGIN
   IF octet_length(who) + octet_length(NEW.room) > 7000 THEN
     who := '*';
   END IF;
-  PERFORM pg_notify('mycelium_wakes', NEW.position || E'\t' || NEW.room || E'\t' || who);
+  PERFORM mycelium.wake_hint('mycelium_wakes', NEW.position || E'\t' || NEW.room || E'\t' || who);
   RETURN NULL;
 END
 $$;

@@ -69,14 +69,16 @@ $$;
 CREATE FUNCTION mycelium.check_thread_write(p_room text, p_episode text, p_handle text)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-  h text := mycelium.normalize_handle(p_handle);
-  short text := mycelium.episode_short_id(p_episode);
+  h text;
+  short text;
   roster mycelium.rosters;
   fl mycelium.floors;
 BEGIN
   IF p_episode IS NULL OR p_episode = mycelium.live_episode(p_room) THEN
     RETURN;
   END IF;
+  h := mycelium.normalize_handle(p_handle);
+  short := mycelium.episode_short_id(p_episode);
   IF NOT mycelium.thread_known(p_room, p_episode) THEN
     PERFORM mycelium.refuse(404, 'thread_not_found', format('No thread ''%s'' in room ''%s''', short, p_room),
                             jsonb_build_object('room', p_room, 'episode', p_episode));
@@ -99,10 +101,13 @@ COMMENT ON FUNCTION mycelium.check_thread_write IS
   'The thread write gate (404 unknown thread, 403 outside a frozen roster, 409 not admitted by the floor).';
 
 -- Named to fire before messages_before_insert (which allocates the position): a refused write
--- never touches the room's position counter.
+-- never touches the room's position counter. A write into the room's own channel (no episode, '',
+-- or the live URN: every notice and ping) is open to everyone and returns at once.
 CREATE FUNCTION mycelium.messages_admit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  NEW.episode := coalesce(nullif(NEW.episode, ''), mycelium.live_episode(NEW.room));
+  IF coalesce(NEW.episode, '') = '' OR NEW.episode = mycelium.live_episode(NEW.room) THEN
+    RETURN NEW;
+  END IF;
   PERFORM mycelium.check_thread_write(NEW.room, NEW.episode, NEW.sender);
   RETURN NEW;
 END

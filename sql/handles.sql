@@ -68,15 +68,29 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- The handles a text wakes (its @handle mentions), first-seen order.
+-- (PL/pgSQL, not SQL: the timeline's generated columns call these two, and a PL/pgSQL function is
+-- compiled once per session where a SQL one would be parsed again for every INSERT statement.)
 CREATE FUNCTION mycelium.loud_mentions(p_text text) RETURNS text[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT coalesce(array_agg(handle ORDER BY first_seen), '{}') FROM mycelium.mentions_in(p_text) WHERE NOT silent
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  IF strpos(p_text, '@') = 0 THEN
+    RETURN '{}';
+  END IF;
+  RETURN (SELECT coalesce(array_agg(handle ORDER BY first_seen), '{}')
+          FROM mycelium.mentions_in(p_text) WHERE NOT silent);
+END
 $$;
 
 -- The handles a text names silently (its @~handle mentions), first-seen order.
 CREATE FUNCTION mycelium.silent_mentions(p_text text) RETURNS text[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT coalesce(array_agg(handle ORDER BY first_seen), '{}') FROM mycelium.mentions_in(p_text) WHERE silent
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  IF strpos(p_text, '@~') = 0 THEN
+    RETURN '{}';
+  END IF;
+  RETURN (SELECT coalesce(array_agg(handle ORDER BY first_seen), '{}')
+          FROM mycelium.mentions_in(p_text) WHERE silent);
+END
 $$;
 
 -- The await loop's text test: does p_text wake p_handle with an @handle in it?

@@ -8,6 +8,39 @@
 --   * memory_versions is append-only: rows leave it only together with their room;
 --   * every write and delete is recorded in `changes` (the outbox the markdown mirror follows).
 
+-- Wake hints. NOTIFY only ever says "look again" (whoever wakes re-reads the tables), but a
+-- transaction that sent one commits under a cluster-wide lock that PostgreSQL takes before commit
+-- and holds past the WAL flush, so notifying transactions commit one at a time instead of sharing
+-- a flush. A writer that sends its hints itself once it has committed (the hub does, batched on its
+-- one listener connection) calls defer_wakes() first, in the same transaction: the triggers then
+-- append their hints to the transaction-local setting mycelium.wake_hints, one '<channel>\t<payload>'
+-- line each, which the caller reads back in the same statement. Every other writer (psql, scripts,
+-- another client) gets the trigger's NOTIFY as before.
+
+-- Returns p_passthrough unchanged, so a call can wrap a verb's first argument: arguments are
+-- evaluated before the verb runs, so the setting is in place before any trigger fires.
+CREATE FUNCTION mycelium.defer_wakes(p_passthrough text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM set_config('mycelium.defer_wake', 'on', true);
+  PERFORM set_config('mycelium.wake_hints', '', true);
+  RETURN p_passthrough;
+END
+$$;
+
+-- NOTIFY p_channel, or keep the hint for the caller when it asked to send its own.
+CREATE FUNCTION mycelium.wake_hint(p_channel text, p_payload text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE kept text;
+BEGIN
+  IF current_setting('mycelium.defer_wake', true) = 'on' THEN
+    kept := current_setting('mycelium.wake_hints', true);
+    PERFORM set_config('mycelium.wake_hints',
+      CASE WHEN coalesce(kept, '') = '' THEN '' ELSE kept || E'\n' END || p_channel || E'\t' || p_payload, true);
+  ELSE
+    PERFORM pg_notify(p_channel, p_payload);
+  END IF;
+END
+$$;
+
 CREATE FUNCTION mycelium.memory_key_problem(p_key text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
   SELECT CASE
@@ -158,7 +191,7 @@ BEGIN
   VALUES (NEW.room, NEW.key, NEW.episode, NEW.version, 'write', NEW.value, NEW.meta, NEW.tags,
           NEW.content_text, NEW.updated_by, NEW.updated_at);
   INSERT INTO mycelium.changes (room, key, op) VALUES (NEW.room, NEW.key, 'upsert');
-  PERFORM pg_notify('mycelium_changes', NEW.room);
+  PERFORM mycelium.wake_hint('mycelium_changes', NEW.room);
   RETURN NULL;
 END
 $$;
@@ -173,7 +206,7 @@ BEGIN
   INSERT INTO mycelium.memory_versions (room, key, episode, version, op, written_by)
   VALUES (OLD.room, OLD.key, OLD.episode, OLD.version, 'delete', mycelium.actor());
   INSERT INTO mycelium.changes (room, key, op) VALUES (OLD.room, OLD.key, 'delete');
-  PERFORM pg_notify('mycelium_changes', OLD.room);
+  PERFORM mycelium.wake_hint('mycelium_changes', OLD.room);
   RETURN NULL;
 END
 $$;
@@ -183,7 +216,7 @@ CREATE TRIGGER memories_after_delete AFTER DELETE ON mycelium.memories
 CREATE FUNCTION mycelium.rooms_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   INSERT INTO mycelium.changes (room, key, op) VALUES (OLD.name, NULL, 'room_delete');
-  PERFORM pg_notify('mycelium_changes', OLD.name);
+  PERFORM mycelium.wake_hint('mycelium_changes', OLD.name);
   RETURN NULL;
 END
 $$;

@@ -106,11 +106,13 @@ BEGIN
     mycelium.message_type_of(m.payload_type, m.payload),
     coalesce(nullif(m.payload -> 'metadata' ->> 'kind', ''), nullif(m.subkind, '')),
     m.payload -> 'metadata' ->> 'status',
-    mycelium.stance_of(m.payload, p_text),
+    -- the parsers run only on what can hold their markers (a notice or a ping has no prose)
+    CASE WHEN m.payload ? 'action' OR strpos(p_text, '[[') > 0 THEN mycelium.stance_of(m.payload, p_text) END,
     lower(m.payload ->> 'step'),
     array_remove(ARRAY[CASE WHEN p_edited IS NOT NULL THEN 'edited' END,
                        CASE WHEN m.payload ? 'step' THEN 'conductor' END], NULL),
-    mycelium.message_has(p_text, m.payload, p_mentions),
+    CASE WHEN p_text = '' AND cardinality(p_mentions) = 0 AND NOT (m.payload ? 'scores') THEN '{}'::text[]
+         ELSE mycelium.message_has(p_text, m.payload, p_mentions) END,
     (m.created_at AT TIME ZONE 'UTC')::date::text,
     CASE WHEN jsonb_typeof(m.payload -> 'metadata' -> 'ttl_seconds') = 'number'
          THEN m.created_at + make_interval(secs => (m.payload -> 'metadata' ->> 'ttl_seconds')::double precision)

@@ -3,7 +3,13 @@
 -- A message's place is its `position`, allocated per room under the room's counter row lock, so
 -- positions are gapless and in commit order inside a room: a reader holding "everything up to N"
 -- can never later find an N-1 that committed late. Every insert (through a verb or a plain INSERT)
--- gets its position here, and NOTIFY carries only a wake hint (room and position).
+-- gets its position here, and NOTIFY carries only a wake hint (room and position; sent by the
+-- writer after its commit when it asked to, see mycelium.wake_hint in memories.sql).
+--
+-- The position counter row stays locked from the insert until the commit, so in one room every
+-- writer waits for the previous one's commit: a verb appends its notice as late as it can, and
+-- what runs on every insert (the triggers here and in the files that extend this table) is kept
+-- cheap for the rows it cannot apply to (a notice has no prose to parse).
 --
 -- Shape of a row = the L9 envelope of contracts/message-envelope.json, in typed columns:
 --   kind/subkind (header), episode (thread URN; the room's own channel is …:<room>:live),
@@ -19,19 +25,57 @@ CREATE TABLE mycelium.message_positions (
 CREATE FUNCTION mycelium.live_episode(p_room text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT mycelium.episode_urn(p_room, 'live') $$;
 
+-- The envelope's closed sets (contracts/message-envelope.json). PL/pgSQL functions rather than the
+-- lists in the CHECKs themselves: a table's CHECK expressions are deserialised and planned again
+-- for every INSERT statement (most of the cost of appending one notice), a function is compiled
+-- once per session.
+CREATE FUNCTION mycelium.message_kind_valid(p_kind text) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  RETURN p_kind IN ('intent', 'contingency', 'exchange', 'commit', 'knowledge');
+END
+$$;
+
+CREATE FUNCTION mycelium.payload_type_valid(p_payload_type text) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  RETURN p_payload_type IN ('reply', 'message', 'tick', 'utterance', 'consensus', 'distillation', 'ping',
+                            'notice', 'presence', 'keepalive');
+END
+$$;
+
+CREATE FUNCTION mycelium.sender_role_valid(p_role text) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  RETURN p_role IN ('agent', 'human', 'coordinator');
+END
+$$;
+
+-- The subkinds each kind takes.
+CREATE FUNCTION mycelium.message_subkind_valid(p_kind text, p_subkind text) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  RETURN p_subkind IS NULL OR p_subkind = '' OR (p_kind, p_subkind) IN (
+    ('knowledge', 'distillation'), ('knowledge', 'extraction'), ('knowledge', 'feedback'),
+    ('knowledge', 'query'), ('commit', 'converged'), ('commit', 'rejected'), ('commit', 'resolved'),
+    ('intent', 'coordinator-assignment'), ('intent', 'mission'), ('exchange', 'accept'),
+    ('exchange', 'amend'), ('exchange', 'counter'), ('exchange', 'reject'),
+    ('exchange', 'team-formation'), ('contingency', 'negotiation'));
+END
+$$;
+
 CREATE TABLE mycelium.messages (
   room text NOT NULL REFERENCES mycelium.rooms (name) ON DELETE CASCADE,
   position bigint NOT NULL,
   id uuid NOT NULL DEFAULT gen_random_uuid(),
   episode text NOT NULL,
-  kind text NOT NULL DEFAULT 'exchange'
-    CHECK (kind IN ('intent', 'contingency', 'exchange', 'commit', 'knowledge')),
+  kind text NOT NULL DEFAULT 'exchange' CONSTRAINT messages_kind_check CHECK (mycelium.message_kind_valid(kind)),
   subkind text,
   payload_type text NOT NULL DEFAULT 'message'
-    CHECK (payload_type IN ('reply', 'message', 'tick', 'utterance', 'consensus', 'distillation',
-                            'ping', 'notice', 'presence', 'keepalive')),
+    CONSTRAINT messages_payload_type_check CHECK (mycelium.payload_type_valid(payload_type)),
   sender text NOT NULL CHECK (btrim(sender) <> ''),
-  sender_role text NOT NULL DEFAULT 'agent' CHECK (sender_role IN ('agent', 'human', 'coordinator')),
+  sender_role text NOT NULL DEFAULT 'agent'
+    CONSTRAINT messages_sender_role_check CHECK (mycelium.sender_role_valid(sender_role)),
   recipients text[] NOT NULL DEFAULT '{}',
   parents uuid[] NOT NULL DEFAULT '{}',
   content text NOT NULL DEFAULT '',
@@ -39,12 +83,7 @@ CREATE TABLE mycelium.messages (
   created_at timestamptz NOT NULL DEFAULT now(),
   PRIMARY KEY (room, position),
   UNIQUE (id),
-  CONSTRAINT message_subkind_valid CHECK (subkind IS NULL OR subkind = '' OR (kind, subkind) IN (
-    ('knowledge', 'distillation'), ('knowledge', 'extraction'), ('knowledge', 'feedback'),
-    ('knowledge', 'query'), ('commit', 'converged'), ('commit', 'rejected'), ('commit', 'resolved'),
-    ('intent', 'coordinator-assignment'), ('intent', 'mission'), ('exchange', 'accept'),
-    ('exchange', 'amend'), ('exchange', 'counter'), ('exchange', 'reject'),
-    ('exchange', 'team-formation'), ('contingency', 'negotiation')))
+  CONSTRAINT message_subkind_valid CHECK (mycelium.message_subkind_valid(kind, subkind))
 );
 CREATE INDEX messages_by_thread ON mycelium.messages (room, episode, position);
 CREATE INDEX messages_by_type ON mycelium.messages (room, payload_type, position);
@@ -64,7 +103,7 @@ CREATE TRIGGER messages_before_insert BEFORE INSERT ON mycelium.messages
 
 CREATE FUNCTION mycelium.messages_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM pg_notify('mycelium_messages', NEW.room || ' ' || NEW.position);
+  PERFORM mycelium.wake_hint('mycelium_messages', NEW.room || ' ' || NEW.position);
   RETURN NULL;
 END
 $$;

@@ -36,7 +36,7 @@ def downgrade() -> None:
       DROP FUNCTION IF EXISTS mycelium.read_assignment(text, text);
       DROP VIEW IF EXISTS mycelium.board_rows;
       DROP VIEW IF EXISTS mycelium.lease_states;
-      DROP FUNCTION IF EXISTS mycelium.lease_read(mycelium.memories, mycelium.assignments);
+      DROP FUNCTION IF EXISTS mycelium.lease_read(mycelium.memories, mycelium.assignments, text[]);
       DROP TYPE IF EXISTS mycelium.lease_read;
       DROP FUNCTION IF EXISTS mycelium.announce_expiry(mycelium.assignments, text);
       DROP FUNCTION IF EXISTS mycelium.task_lease_live(mycelium.assignments);
@@ -93,4 +93,8 @@ def downgrade() -> None:
       DROP FUNCTION IF EXISTS mycelium.messages_before_insert();
       DROP FUNCTION IF EXISTS mycelium.messages_after_insert();
       DROP FUNCTION IF EXISTS mycelium.live_episode(text);
+      DROP FUNCTION IF EXISTS mycelium.message_subkind_valid(text, text);
+      DROP FUNCTION IF EXISTS mycelium.message_kind_valid(text);
+      DROP FUNCTION IF EXISTS mycelium.payload_type_valid(text);
+      DROP FUNCTION IF EXISTS mycelium.sender_role_valid(text);
     """)

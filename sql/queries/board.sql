@@ -1,9 +1,11 @@
 -- Board: tasks, assignments (leases), fields, board verbs and the dependency gate setting.
 -- Every write is one SQL function of sql/board.sql or sql/assignments.sql; refusals come from there.
+-- The writes wrap their room in mycelium.defer_wakes() and return the wake hints their triggers
+-- kept (column wake_hints): the hub sends them itself once the write has committed (db/hinted.py).
 
 -- name: create_task
 -- $1 room, $2 title, $3 by, $4 key, $5 assignee, $6 parent
-SELECT * FROM mycelium.create_task($1, $2, $3, $4, $5, $6)
+SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints FROM mycelium.create_task(mycelium.defer_wakes($1), $2, $3, $4, $5, $6) r
 
 -- name: board_rows
 -- $1 room, $2 attention (NULL for all), $3 namespace (NULL for all), $4 limit, $5 offset
@@ -25,36 +27,37 @@ FROM mycelium.read_assignment($1, $2)
 
 -- name: claim
 -- $1 room, $2 key, $3 handle, $4 ttl minutes, $5 force
-SELECT * FROM mycelium.claim_task($1, $2, $3, $4, $5)
+SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints
+FROM mycelium.claim_task(mycelium.defer_wakes($1), $2, $3, $4, $5) r
 
 -- name: release
-SELECT * FROM mycelium.release_task($1, $2, $3, $4)
+SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints FROM mycelium.release_task(mycelium.defer_wakes($1), $2, $3, $4) r
 
 -- name: resolve
-SELECT * FROM mycelium.resolve_task($1, $2, $3)
+SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints FROM mycelium.resolve_task(mycelium.defer_wakes($1), $2, $3) r
 
 -- name: renew
-SELECT * FROM mycelium.renew_tasks($1, $2) ORDER BY key
+SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints FROM mycelium.renew_tasks(mycelium.defer_wakes($1), $2) r ORDER BY r.key
 
 -- name: write_fields
 -- $1 room, $2 key, $3 by, $4 fields (jsonb)
-SELECT * FROM mycelium.write_fields($1, $2, $3, $4)
+SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints FROM mycelium.write_fields(mycelium.defer_wakes($1), $2, $3, $4) r
 
 -- name: read_fields
 SELECT mycelium.read_fields($1, $2) AS fields,
        (SELECT version FROM mycelium.memories WHERE room = $1 AND key = $2) AS version
 
 -- name: block_row
-SELECT * FROM mycelium.block_row($1, $2, $3, $4)
+SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints FROM mycelium.block_row(mycelium.defer_wakes($1), $2, $3, $4) r
 
 -- name: unblock_row
-SELECT * FROM mycelium.unblock_row($1, $2, $3)
+SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints FROM mycelium.unblock_row(mycelium.defer_wakes($1), $2, $3) r
 
 -- name: dismiss_row
-SELECT * FROM mycelium.dismiss_row($1, $2, $3)
+SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints FROM mycelium.dismiss_row(mycelium.defer_wakes($1), $2, $3) r
 
 -- name: promote_row
-SELECT * FROM mycelium.promote_row($1, $2, $3, $4)
+SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints FROM mycelium.promote_row(mycelium.defer_wakes($1), $2, $3, $4) r
 
 -- name: dependency_gate
 -- $1 room: the effective setting, the room's own and the hub-wide one

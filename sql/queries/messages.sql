@@ -1,10 +1,12 @@
 -- name: post_message
 -- $1 room, $2 sender, $3 content, $4 episode (URN, short id or NULL), $5 recipients,
--- $6 kind, $7 subkind, $8 payload type, $9 payload, $10 parents, $11 sender role
-SELECT * FROM mycelium.post_message($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+-- $6 kind, $7 subkind, $8 payload type, $9 payload, $10 parents, $11 sender role; wake_hints: what
+-- the hub sends once this has committed (the write asked mycelium.defer_wakes to keep its hints)
+SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints
+FROM mycelium.post_message(mycelium.defer_wakes($1), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) r
 
 -- name: amend_message
-SELECT * FROM mycelium.amend_message($1, $2, $3, $4)
+SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints FROM mycelium.amend_message(mycelium.defer_wakes($1), $2, $3, $4) r
 
 -- name: get_message
 SELECT * FROM mycelium.timeline WHERE room = $1 AND id = $2

@@ -3,7 +3,8 @@
 SELECT * FROM mycelium.take_next($1, $2, $3, $4)
 
 -- name: reply
-SELECT * FROM mycelium.reply($1, $2, $3, $4, $5)
+-- wake_hints: sent by the hub once the reply has committed
+SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints FROM mycelium.reply(mycelium.defer_wakes($1), $2, $3, $4, $5) r
 
 -- name: room_members
 SELECT * FROM mycelium.room_members($1)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mycelium.api.deps import Annotated, HubDep, Query
 from mycelium.board.watch import MAX_WAIT_S, watch_lease
+from mycelium.db.hinted import write_row, write_rows
 from mycelium.db.queries import q
 
 DEFAULT_TTL_MINUTES = 30
@@ -91,22 +92,22 @@ class AssignmentController(Controller):
 
     @post("/claim", status_code=200)
     async def claim(self, hub: HubDep, room: FromPath[str], data: JSONBody[ClaimBody]) -> AssignmentRead:
-        row = await hub.db.fetchrow(q("claim"), room, data.key, data.handle, data.ttl_minutes, data.force)
+        row = await write_row(hub, q("claim"), room, data.key, data.handle, data.ttl_minutes, data.force)
         return assignment_read(row)
 
     @post("/release", status_code=200)
     async def release(self, hub: HubDep, room: FromPath[str], data: JSONBody[ReleaseBody]) -> AssignmentRead:
-        row = await hub.db.fetchrow(q("release"), room, data.key, data.handle, data.note)
+        row = await write_row(hub, q("release"), room, data.key, data.handle, data.note)
         return assignment_read(row)
 
     @post("/resolve", status_code=200)
     async def resolve(self, hub: HubDep, room: FromPath[str], data: JSONBody[ResolveBody]) -> AssignmentRead:
-        row = await hub.db.fetchrow(q("resolve"), room, data.key, data.handle)
+        row = await write_row(hub, q("resolve"), room, data.key, data.handle)
         return assignment_read(row)
 
     @post("/renew", status_code=200)
     async def renew(self, hub: HubDep, room: FromPath[str], data: JSONBody[RenewBody]) -> RenewResult:
-        rows = await hub.db.fetch(q("renew"), room, data.handle)
+        rows = await write_rows(hub, q("renew"), room, data.handle)
         return RenewResult(room=room, handle=data.handle,
                            renewed=[Renewed(key=r["key"], claimed_at=r["claimed_at"],
                                             ttl_minutes=r["ttl_minutes"]) for r in rows])

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mycelium.api.deps import HubDep
 from mycelium.api.rooms import require_room
 from mycelium.api.tasks import BoardRow, board_row
+from mycelium.db.hinted import write_row
 from mycelium.db.queries import q
 from mycelium.errors import Refusal
 from mycelium.hub import Hub
@@ -56,13 +57,13 @@ class BoardController(Controller):
                    data: JSONBody[VerbBody]) -> BoardRow:
         key = data.key.lstrip("/")
         if verb == "block":
-            await hub.db.fetchrow(q("block_row"), room, key, data.handle, data.on)
+            await write_row(hub, q("block_row"), room, key, data.handle, data.on)
         elif verb == "unblock":
-            await hub.db.fetchrow(q("unblock_row"), room, key, data.handle)
+            await write_row(hub, q("unblock_row"), room, key, data.handle)
         elif verb == "dismiss":
-            await hub.db.fetchrow(q("dismiss_row"), room, key, data.handle)
+            await write_row(hub, q("dismiss_row"), room, key, data.handle)
         elif verb == "promote":
-            await hub.db.fetchrow(q("promote_row"), room, key, data.handle, data.url)
+            await write_row(hub, q("promote_row"), room, key, data.handle, data.url)
         else:
             raise Refusal(404, "unknown_verb",
                           f"the board has no verb '{verb}' (block, unblock, dismiss, promote)",

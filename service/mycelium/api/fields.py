@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mycelium.api.deps import HubDep
 from mycelium.api.memory import MemoryRead, memory_read
+from mycelium.db.hinted import write_row
 from mycelium.db.queries import q
 
 
@@ -37,7 +38,7 @@ class FieldsController(Controller):
 
     @post("/", status_code=200)
     async def write(self, hub: HubDep, room: FromPath[str], data: JSONBody[FieldsWrite]) -> MemoryRead:
-        row = await hub.db.fetchrow(q("write_fields"), room, data.key.lstrip("/"), data.handle, data.fields)
+        row = await write_row(hub, q("write_fields"), room, data.key.lstrip("/"), data.handle, data.fields)
         return memory_read(row)
 
     @get("/{key:path}")

@@ -20,6 +20,7 @@ from mycelium.api.deps import Annotated, HubDep, Query
 from mycelium.api.rooms import require_room
 from mycelium.conversations import search
 from mycelium.core.handles import same_handle
+from mycelium.db.hinted import write_row
 from mycelium.db.queries import q
 from mycelium.errors import Refusal
 from mycelium.hub import Hub
@@ -157,8 +158,8 @@ class MessageController(Controller):
         if data.metadata is not None:
             payload["metadata"] = data.metadata.model_dump(mode="json")
         recipients = [data.recipient_handle] if data.recipient_handle else []
-        row = await hub.db.fetchrow(
-            q("post_message"), room, data.sender_handle, data.content, data.episode, recipients,
+        row = await write_row(
+            hub, q("post_message"), room, data.sender_handle, data.content, data.episode, recipients,
             "exchange", None, "message", payload, [], "agent",
         )
         return message_read(row)
@@ -191,7 +192,7 @@ class MessageController(Controller):
             await require_room(hub, room)
             raise Refusal(404, "message_not_found", f"no message {message_id} in room {room!r}",
                           {"room": room, "id": message_id}) from None
-        row = await hub.db.fetchrow(q("amend_message"), room, uid, data.content, data.sender_handle)
+        row = await write_row(hub, q("amend_message"), room, uid, data.content, data.sender_handle)
         return message_read(row)
 
     @get("/search")

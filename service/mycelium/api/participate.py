@@ -21,6 +21,7 @@ from mycelium.api.messages import message_read, refuse_reserved
 from mycelium.conversations.inbox import MAX_WAIT_SECONDS, await_next
 from mycelium.core import markers
 from mycelium.core.envelope import topic_urn
+from mycelium.db.hinted import write_row
 from mycelium.db.queries import q
 
 
@@ -66,7 +67,7 @@ async def reply(hub: HubDep, room: FromPath[str], data: JSONBody[ReplyBody]) -> 
     """Record ``handle``'s answer; it lands in ``episode`` (or the room), never implicitly elsewhere."""
     refuse_reserved(data.handle, "handle")
     lifted, prose = markers.lift_reply(data.text)
-    row = await hub.db.fetchrow(q("reply"), room, data.handle, prose, lifted, data.episode)
+    row = await write_row(hub, q("reply"), room, data.handle, prose, lifted, data.episode)
     return {"room": room, "handle": row["sender"], "message_id": str(row["id"]), "position": row["position"],
             "episode": row["episode"], "parents": [str(p) for p in row["parents"]]}
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mycelium.api.deps import Annotated, HubDep, Query
 from mycelium.api.memory import MemoryRead, memory_read
 from mycelium.api.rooms import require_room
+from mycelium.db.hinted import write_row
 from mycelium.db.queries import q
 from mycelium.errors import Refusal
 
@@ -71,8 +72,8 @@ class TaskController(Controller):
 
     @post("/", status_code=201)
     async def create(self, hub: HubDep, room: FromPath[str], data: JSONBody[TaskCreate]) -> MemoryRead:
-        row = await hub.db.fetchrow(q("create_task"), room, data.title, data.handle, data.key,
-                                    data.assignee, data.parent)
+        row = await write_row(hub, q("create_task"), room, data.title, data.handle, data.key,
+                              data.assignee, data.parent)
         return memory_read(row)
 
     @get("/")

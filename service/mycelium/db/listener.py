@@ -5,6 +5,16 @@ and after the connection drops (and is re-established) every waiter is woken onc
 may have been lost in the gap; re-reading makes that harmless.
 
 Waiters do not hold connections: a thousand long-polls cost one connection, not a thousand.
+
+The same connection also *sends* the hints of this process's own writes. A transaction that issues
+NOTIFY commits under a cluster-wide lock that PostgreSQL holds past its WAL flush, so notifying
+writers commit one after another instead of sharing a flush. The hub's verbs therefore ask the
+database to keep their hints (``mycelium.defer_wakes``) and read them back with the result; once
+the write has committed, :meth:`Listener.hint` wakes this process's waiters at once and queues the
+hints for other processes, sent in batches as one autocommit statement. A hint that arrives back
+from that statement is not fanned out twice. Losing one (a crash between commit and send) delays a
+waiter on another replica until its periodic re-check; it never loses a message, since every
+waiter re-reads the tables.
 """
 
 from __future__ import annotations
@@ -19,6 +29,9 @@ import asyncpg
 
 log = logging.getLogger("mycelium.listener")
 
+_NOTIFY_ALL = "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS h (c, p)"
+_BATCH = 500
+
 Callback = Callable[[str, str], None]
 
 
@@ -31,16 +44,28 @@ class Listener:
         self._events: dict[str, set[asyncio.Event]] = defaultdict(set)
         self._callbacks: dict[str, list[Callback]] = defaultdict(list)
         self._connected = asyncio.Event()
+        self._lock = asyncio.Lock()  # one operation at a time on the connection
+        self._outbox: dict[tuple[str, str], None] = {}  # hints to send, in order, each once
+        self._pending = asyncio.Event()
+        self._sender: asyncio.Task[None] | None = None
         self.reconnects = 0
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="mycelium-listener")
+        self._sender = asyncio.create_task(self._send_hints(), name="mycelium-hint-sender")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._connected.wait(), timeout=10)
 
     async def stop(self) -> None:
+        if self._sender is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._flush(), timeout=2)
+            self._sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._sender
+            self._sender = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -71,6 +96,7 @@ class Listener:
                     await conn.add_listener(channel, self._on_notify)
                 self._conn = conn
                 self._connected.set()
+                self._pending.set()  # hints queued while disconnected
                 if self.reconnects:
                     self._wake_everyone()
                 delay = 0.1
@@ -80,7 +106,8 @@ class Listener:
                         await asyncio.wait_for(lost.wait(), timeout=5.0)
                     if not lost.is_set():
                         try:
-                            await asyncio.wait_for(conn.execute("SELECT 1"), timeout=5.0)
+                            async with self._lock:
+                                await asyncio.wait_for(conn.execute("SELECT 1"), timeout=5.0)
                         except Exception:
                             lost.set()
             except asyncio.CancelledError:
@@ -102,7 +129,8 @@ class Listener:
         self._channels.add(channel)
         if self._conn is not None and not self._conn.is_closed():
             with contextlib.suppress(Exception):
-                await self._conn.add_listener(channel, self._on_notify)
+                async with self._lock:
+                    await self._conn.add_listener(channel, self._on_notify)
 
     def on(self, channel: str, callback: Callback) -> Callable[[], None]:
         """Call ``callback(channel, payload)`` for each hint; returns the unsubscribe function."""
@@ -131,7 +159,52 @@ class Listener:
     def discard(self, channel: str, event: asyncio.Event) -> None:
         self._events[channel].discard(event)
 
-    def _on_notify(self, _conn: object, _pid: int, channel: str, payload: str) -> None:
+    # -- sending ----------------------------------------------------------------------------------
+
+    def hint(self, hints: str | None) -> None:
+        """Fan out the wake hints of a write this process has committed (one per line, channel and
+        payload separated by a tab, as ``mycelium.wake_hint`` keeps them): to this process's waiters
+        at once, to other processes with the next batch."""
+        if not hints:
+            return
+        for line in hints.split("\n"):
+            channel, sep, payload = line.partition("\t")
+            if sep:
+                self._deliver(channel, payload)
+                self._outbox[(channel, payload)] = None
+        self._pending.set()
+
+    async def _send_hints(self) -> None:
+        while True:
+            await self._pending.wait()
+            self._pending.clear()
+            try:
+                await self._flush()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # kept: sent again once the connection is back
+                log.warning("could not send wake hints: %s", exc)
+
+    async def _flush(self) -> None:
+        """Send every queued hint in one statement (autocommit), unless disconnected."""
+        while self._outbox:
+            conn = self._conn
+            if conn is None or conn.is_closed():
+                return
+            batch = list(self._outbox)[:_BATCH]
+            async with self._lock:
+                await conn.execute(_NOTIFY_ALL, [c for c, _ in batch], [p for _, p in batch])
+            for key in batch:
+                self._outbox.pop(key, None)
+
+    # -- receiving --------------------------------------------------------------------------------
+
+    def _on_notify(self, _conn: object, pid: int, channel: str, payload: str) -> None:
+        if pid == self.connection_pid:
+            return  # our own hint, fanned out here when it was queued
+        self._deliver(channel, payload)
+
+    def _deliver(self, channel: str, payload: str) -> None:
         for event in list(self._events.get(channel, ())):
             event.set()
         for callback in list(self._callbacks.get(channel, ())):
