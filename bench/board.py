@@ -7,11 +7,19 @@ All agents work one room, so every claim and resolve also appends its notice to 
 timeline. Reported per path: cycles/s (rows resolved / wall time), p50/p99 latency of claim calls
 (refused ones included), refused claims, and double claims, counted from the database afterwards:
 a row whose timeline shows a second ``claimed`` while an earlier claim was neither resolved nor
-released. Next to them, the floor: a bare ``SELECT 1`` round trip from 32 connections (what any SQL
-call costs here) and ``GET /health`` through the same hub (what any HTTP call costs).
+released.
+
+Two SQL paths: the verbs called the way the hub calls them (its named queries: the wake hints come
+back with the result and are sent after the commit, batched on one connection, as the hub's
+listener does), and plain calls as a person in psql makes them (the triggers NOTIFY inside the
+transaction). Next to them, the floors: the commit latency of a one-row write on one connection
+(a room's writers commit one after another, so one room can do at most 1 / that transactions/s),
+transactions that only append one notice, a bare ``SELECT 1`` from 32 connections, and a one-query
+read (``GET /assignments/<key>``) through the same hub. The HTTP client is a plain keep-alive
+HTTP/1.1 socket per agent (bench/wake.py), so the numbers measure the hub, not a client library.
 
     python bench/board.py                    # 1,000 rows, 32 agents, 3 runs per path
-    python bench/board.py --rows 300 --runs 1
+    python bench/board.py --rows 300 --runs 1 --no-write
 """
 
 from __future__ import annotations
@@ -29,14 +37,16 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _report import machine, stamp, table, write_section
 from mycelium.db import migrate
 from mycelium.db.embedded import EmbeddedPostgres
+from mycelium.db.listener import Listener
+from mycelium.db.queries import q
 from tests.support.processes import HubProcess
+from wake import Http
 
 Claim = Callable[[str, str], Awaitable[bool]]  # ("<room> <key>", handle)
 Resolve = Callable[[str, str], Awaitable[None]]
@@ -122,36 +132,46 @@ async def select1_rate(pool: asyncpg.Pool, agents: int, calls: int) -> float:
 
 
 async def notice_rate(pool: asyncpg.Pool, conn: asyncpg.Connection, prefix: str, rooms: int, agents: int,
-                      calls: int) -> float:
+                      calls: int, hints: Listener) -> float:
     """Transactions/s that do nothing but append one notice to a room's timeline (what every claim
-    and every resolve must also do), over the same number of rooms."""
+    and every resolve must also do), over the same number of rooms, hints sent as the hub sends them."""
     names = [f"{prefix}-{j}" for j in range(rooms)]
     for name in names:
         await conn.execute("SELECT mycelium.create_room($1)", name)
 
     async def one(i: int) -> None:
         for _ in range(calls // agents):
-            await pool.execute("SELECT 1 FROM mycelium.post_notice($1, 'claimed', 'work/x')", names[i % rooms])
+            hints.hint(await pool.fetchval(
+                "SELECT current_setting('mycelium.wake_hints', true)"
+                " FROM mycelium.post_notice(mycelium.defer_wakes($1), 'claimed', 'work/x')", names[i % rooms]))
     start = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(agents)))
     return calls / (time.perf_counter() - start)
 
 
-async def health_rate(client: httpx.AsyncClient, url: str, agents: int, calls: int) -> float:
-    """Successful ``GET /health`` calls per second (a dropped connection is not counted)."""
-    ok = 0
+async def commit_floor(conn: asyncpg.Connection, calls: int) -> float:
+    """Median seconds to commit a one-row INSERT on one connection (the WAL flush on this disk)."""
+    await conn.execute("CREATE TABLE IF NOT EXISTS bench_commit (x integer)")
+    times = []
+    for i in range(calls):
+        t0 = time.perf_counter()
+        await conn.execute("INSERT INTO bench_commit VALUES ($1)", i)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
-    async def one() -> None:
-        nonlocal ok
+
+async def read_rate(url: str, path: str, agents: int, calls: int) -> float:
+    """Calls/s of a one-query read through the hub, ``agents`` keep-alive connections."""
+    parts = urlsplit(url)
+    clients = [Http(parts.hostname or "127.0.0.1", parts.port or 80) for _ in range(agents)]
+
+    async def one(http: Http) -> None:
         for _ in range(calls // agents):
-            try:
-                (await client.get(f"{url}/health")).raise_for_status()
-                ok += 1
-            except httpx.TransportError:
-                pass
+            status, _body = await http.request("GET", path)
+            assert status == 200, status
     start = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(agents)))
-    return ok / (time.perf_counter() - start)
+    await asyncio.gather(*(one(http) for http in clients))
+    return calls / (time.perf_counter() - start)
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -170,80 +190,88 @@ async def run(args: argparse.Namespace) -> None:
     await asyncio.to_thread(migrate.upgrade, dsn)
     conn = await asyncpg.connect(dsn)
     pool = await asyncpg.create_pool(dsn, min_size=args.agents, max_size=args.agents)
+    hints = Listener(dsn)  # the SQL path sends its hints as a hub process does
+    await hints.start()
     hub = HubProcess(data_dir=Path(tempfile.mkdtemp(prefix="mycelium-bench-hub-")) / "data", database_url=dsn,
-                     extra=["--no-mirror", "--log-level", "warning"],
+                     extra=["--no-mirror", "--log-level", "warning", *args.hub_args],
                      env={"MYCELIUM_POOL_MAX_SIZE": str(args.agents), "MYCELIUM_POOL_MIN_SIZE": "4"})
     layouts = [1, args.spread] if args.spread > 1 else [1]
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
-    floors: dict[str, list[float]] = {"sql": [], "http": []}
+    floors: dict[str, list[float]] = {"sql": [], "http": [], "commit": []}
     notices: dict[int, list[float]] = {}
+    loads = [os.getloadavg()[0]]
     try:
         hub.wait_ready()
-        limits = httpx.Limits(max_connections=args.agents, max_keepalive_connections=args.agents)
-        # a fresh client per phase: keep-alive connections idle while rows are filed would be closed
-        # by the server under the client's feet
-        current: dict[str, httpx.AsyncClient] = {}
-        retries = {"http": 0}
+        host, port = urlsplit(hub.url).hostname or "127.0.0.1", urlsplit(hub.url).port or 80
+        clients: dict[str, Http] = {}
 
-        async def sql_claim(row: str, who: str) -> bool:
+        def client(who: str) -> Http:
+            if who not in clients:
+                clients[who] = Http(host, port)
+            return clients[who]
+
+        async def sql_call(query: str, row: str, who: str, *more: object) -> bool:
             room, key = row.split(" ", 1)
             try:
-                await pool.execute("SELECT 1 FROM mycelium.claim_task($1, $2, $3)", room, key, who)
-                return True
+                found = await pool.fetchrow(query, room, key, who, *more)
             except asyncpg.PostgresError as exc:
                 if exc.sqlstate != "MY409":
                     raise
                 return False
+            hints.hint(found.get("wake_hints"))
+            return True
+
+        hub_claim, hub_resolve = q("claim"), q("resolve")
+
+        async def sql_claim(row: str, who: str) -> bool:
+            return await sql_call(hub_claim, row, who, 30, False)
 
         async def sql_resolve(row: str, who: str) -> None:
-            room, key = row.split(" ", 1)
-            await pool.execute("SELECT 1 FROM mycelium.resolve_task($1, $2, $3)", room, key, who)
+            await sql_call(hub_resolve, row, who)
 
-        async def post(url: str, body: dict[str, str]) -> httpx.Response:
-            """A keep-alive connection the server closed while idle is retried on a new one (a
-            repeated claim by the same agent refreshes its own lease; a repeated resolve changes
-            nothing), and counted."""
-            for attempt in range(3):
-                try:
-                    return await current["client"].post(url, json=body)
-                except httpx.TransportError:
-                    retries["http"] += 1
-                    if attempt == 2:
-                        raise
-            raise AssertionError("unreachable")
+        async def plain_claim(row: str, who: str) -> bool:
+            return await sql_call("SELECT * FROM mycelium.claim_task($1, $2, $3)", row, who)
+
+        async def plain_resolve(row: str, who: str) -> None:
+            await sql_call("SELECT * FROM mycelium.resolve_task($1, $2, $3)", row, who)
 
         async def http_claim(row: str, who: str) -> bool:
             room, key = row.split(" ", 1)
-            resp = await post(f"{hub.url}/api/rooms/{room}/assignments/claim", {"key": key, "handle": who})
-            if resp.status_code == 409:
+            status, body = await client(who).request(
+                "POST", f"/api/rooms/{room}/assignments/claim", {"key": key, "handle": who})
+            if status == 409:
                 return False
-            resp.raise_for_status()
+            assert status == 200, (status, body)
             return True
 
         async def http_resolve(row: str, who: str) -> None:
             room, key = row.split(" ", 1)
-            resp = await post(f"{hub.url}/api/rooms/{room}/assignments/resolve", {"key": key, "handle": who})
-            resp.raise_for_status()
+            status, body = await client(who).request(
+                "POST", f"/api/rooms/{room}/assignments/resolve", {"key": key, "handle": who})
+            assert status == 200, (status, body)
 
-        paths = {"sql": (sql_claim, sql_resolve), "http": (http_claim, http_resolve)}
+        paths = {"sql": (sql_claim, sql_resolve), "plain": (plain_claim, plain_resolve),
+                 "http": (http_claim, http_resolve)}
+        read_path = ""
         for r in range(args.runs):
             for rooms in layouts:
                 for path, (claim, resolve) in paths.items():
                     prefix = f"{path}-{rooms}-{r}"
                     rows = await file_rows(conn, prefix, args.rows, rooms)
-                    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
-                        current["client"] = client
-                        res = await work(rows, args.agents, claim, resolve, r)
+                    res = await work(rows, args.agents, claim, resolve, r)
                     res["doubles"] = sum([await double_claims(conn, f"{prefix}-{j}") for j in range(rooms)])
                     results.setdefault((path, rooms), []).append(res)
+                    loads.append(os.getloadavg()[0])
+                    read_path = "/api/rooms/{}/assignments/{}".format(*rows[0].split(" ", 1))
                     print(f"run {r + 1}, {rooms} room(s), {path}: {res['cycles_s']:,.0f} cycles/s", flush=True)
-                notices.setdefault(rooms, []).append(
-                    await notice_rate(pool, conn, f"notice-{rooms}-{r}", rooms, args.agents, args.floor_calls))
+                notices.setdefault(rooms, []).append(await notice_rate(
+                    pool, conn, f"notice-{rooms}-{r}", rooms, args.agents, args.floor_calls, hints))
             floors["sql"].append(await select1_rate(pool, args.agents, args.floor_calls))
-            async with httpx.AsyncClient(timeout=60, limits=limits) as client:
-                floors["http"].append(await health_rate(client, hub.url, args.agents, args.floor_calls))
+            floors["http"].append(await read_rate(hub.url, read_path, args.agents, args.floor_calls))
+            floors["commit"].append(await commit_floor(conn, 300))
     finally:
         hub.stop()
+        await hints.stop()
         await pool.close()
         await conn.close()
         if server is not None:
@@ -252,10 +280,11 @@ async def run(args: argparse.Namespace) -> None:
     def med(key: tuple[str, int], field: str) -> float:
         return statistics.median(x[field] for x in results[key])
 
-    labels = {"sql": "SQL functions (asyncpg pool)", "http": "HTTP API (one hub process)"}
+    labels = {"sql": "SQL functions, called as the hub calls them", "plain": "SQL functions, plain calls (psql)",
+              "http": "HTTP API (one hub process)"}
     rows_out = []
     for rooms in layouts:
-        for path in ("sql", "http"):
+        for path in paths:
             key = (path, rooms)
             each = ", ".join(f"{x['cycles_s']:,.0f}" for x in results[key])
             rows_out.append([
@@ -267,6 +296,7 @@ async def run(args: argparse.Namespace) -> None:
     notice_floor = "; ".join(
         f"{rooms} room{'s' if rooms > 1 else ''}: {statistics.median(notices[rooms]):,.0f} notices/s "
         f"-> at most {statistics.median(notices[rooms]) / 2:,.0f} cycles/s" for rooms in layouts)
+    commit_ms = statistics.median(floors["commit"]) * 1000
     text = f"""## Board: claim -> resolve under contention
 
 `python bench/board.py` — {stamp()}; {machine()}; PostgreSQL 18 embedded (synchronous_commit on).
@@ -274,28 +304,36 @@ async def run(args: argparse.Namespace) -> None:
 and claims every row it has not seen resolved (409 -> next row; 200 -> resolve). Cycles/s = rows
 resolved / wall time: median of {args.runs} runs (each run in brackets). The machine has 2 cores,
 shared by the database, the hub process and this client, and while this ran by other engineers'
-test runs: the numbers are noisy.
+test runs: the numbers are noisy (1-minute load average from {min(loads):.1f} to {max(loads):.1f},
+median {statistics.median(loads):.1f}).
 
 {table(["path", "rooms", "cycles/s", "claim p50 ms", "claim p99 ms", "refused / claim calls",
         "double claims"], rows_out)}
 
-The limit of this design, same run: a cycle is two transactions that each append a notice to the
-room's timeline, so it can go no faster than half the rate of transactions that append one notice
-and do nothing else ({args.agents} connections, median): {notice_floor}.
+"Called as the hub calls them": the hub's named queries, whose wake hints come back with the result
+and are sent after the commit, batched on one connection; "plain": the same verbs as psql calls
+them, whose triggers NOTIFY inside the transaction (so their commits also queue on PostgreSQL's
+cluster-wide notify lock). HTTP: one hub process, {args.agents} keep-alive connections.
 
-HTTP calls retried after the server closed an idle keep-alive connection: {retries["http"]}.
+The limits of this design, same run. A room's timeline positions are allocated under one counter
+row that stays locked until commit (gapless, commit-ordered positions), so one room's writers
+commit one after another, each waiting for the previous one's WAL flush: a one-row write commits
+in {commit_ms:.2f} ms on one connection here (median), so one room can take at most
+~{1000 / commit_ms:,.0f} transactions/s, and a cycle is two of them (~{500 / commit_ms:,.0f} cycles/s) before
+any work is done. Transactions that only append one notice ({args.agents} connections, median):
+{notice_floor}.
+
 Floor, same run (median): `SELECT 1` from {args.agents} pooled connections
-{statistics.median(floors["sql"]):,.0f} calls/s; `GET /health` through the same hub
-{statistics.median(floors["http"]):,.0f} calls/s.
+{statistics.median(floors["sql"]):,.0f} calls/s; a one-query read (`GET /assignments/<key>`) through
+the same hub {statistics.median(floors["http"]):,.0f} calls/s.
 
 Double claims are counted from the timeline after each run (a second `claimed` for a row before
-its `resolved` or `released`), summed over all runs. Every claim and resolve appends its notice to
-the room's timeline in the same transaction; positions are allocated under one counter row per room,
-held until commit, so in one room all agents' writes commit one after another. Spreading the same
-rows over {args.spread} rooms shows what the lease logic does when that counter is not shared.
+its `resolved` or `released`), summed over all runs. Spreading the same rows over {args.spread} rooms
+shows what the lease logic does when that counter is not shared.
 """
-    write_section("board", text)
     print(text)
+    if args.write:
+        write_section("board", text)
 
 
 def main() -> None:
@@ -305,6 +343,8 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--floor-calls", type=int, default=3200)
     p.add_argument("--spread", type=int, default=8, help="also run with the rows spread over this many rooms")
+    p.add_argument("--hub-args", nargs="*", default=[], help="extra arguments for `mycelium up`")
+    p.add_argument("--no-write", dest="write", action="store_false", help="do not update BENCHMARKS.md")
     asyncio.run(run(p.parse_args()))
 
 
