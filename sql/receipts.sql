@@ -1,7 +1,9 @@
 -- Receipts: an auditable, per-agent hash chain of every terminal transition and every release.
 --
---   * a receipt is appended by the database in the same statement that makes a transition terminal
---     (or releases it), so no terminal outcome exists without its receipt;
+--   * a receipt is appended by the database in the statement that makes a transition terminal (or
+--     releases it), so no terminal outcome exists without its receipt. The guard mints the receipt's
+--     id into the row (receipt_ref) and an AFTER trigger appends it once the row itself is written, so
+--     the chain's lock is taken as late as possible and held only through the commit;
 --   * the chain is computed here on insert: hash = sha256(prev_hash_hex || '\n' || preimage), where
 --     the preimage is a length-prefixed rendering of the receipt's fields (receipt_preimage below;
 --     mycelium/ledger/receipts.py renders the same bytes offline);
@@ -9,16 +11,21 @@
 --     TRUNCATE are refused by triggers); verify_receipt_chain() reports every break, e.g. one made by
 --     a superuser who switched the triggers off;
 --   * PostgreSQL cannot sign with Ed25519: the hub signs each receipt's hash as it appears (key id
---     recorded, public keys in receipt_keys). A receipt waits in receipts_unsigned until signed, and
---     the verifier reports every receipt without a signature, so none stays unsigned silently. (No
---     NOTIFY here: it would serialise every commit on the notify queue; the signer polls the queue.)
+--     recorded, public keys in receipt_keys). What waits for a signature is derived, not queued: one
+--     chain's receipts become visible in seq order (an append waits for the previous one's commit),
+--     so the receipts past an agent's signed-through mark are its unsigned ones. The verifier reports
+--     every receipt without a signature, so none stays unsigned silently. (No NOTIFY here: it would
+--     serialise every commit on the notify queue; the signer polls.)
+
+CREATE DOMAIN mycelium.receipt_kind AS text CHECK (VALUE IN ('tool', 'task', 'release'));
+CREATE DOMAIN mycelium.receipt_seq AS bigint CHECK (VALUE >= 1);
 
 CREATE TABLE mycelium.receipts (
   id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   receipt_id text NOT NULL CONSTRAINT receipt_id_is_rcpt_id CHECK (receipt_id = 'rcpt-' || id),
   agent_id text NOT NULL,
-  seq bigint NOT NULL CHECK (seq >= 1),
-  kind text NOT NULL CHECK (kind IN ('tool', 'task', 'release')),
+  seq mycelium.receipt_seq NOT NULL,
+  kind mycelium.receipt_kind NOT NULL,
   action text NOT NULL,
   request_id text NOT NULL,
   transition_key text NOT NULL,
@@ -31,7 +38,7 @@ CREATE TABLE mycelium.receipts (
   fence bigint NOT NULL,
   external_operation_ref text,
   error text,
-  verified text CHECK (verified IN ('completed', 'not_executed')),
+  verified mycelium.operator_resolution,
   resolved_by text,
   resolution_reason text,
   started_at timestamptz NOT NULL,
@@ -46,11 +53,13 @@ CREATE INDEX receipts_by_request ON mycelium.receipts (request_id);
 COMMENT ON TABLE mycelium.receipts IS
   'Append-only per-agent hash chain of terminal transitions and releases (hash computed on insert).';
 
--- The head of each agent's chain: its last seq and hash (locked while a receipt is appended).
+-- The head of each agent's chain: its last seq and hash, and the hash before that (the row is the
+-- chain's lock while a receipt is appended).
 CREATE TABLE mycelium.receipt_heads (
   agent_id text PRIMARY KEY,
   seq bigint NOT NULL,
-  hash bytea NOT NULL
+  hash bytea NOT NULL,
+  prev_hash bytea
 );
 
 CREATE TABLE mycelium.receipt_keys (
@@ -68,9 +77,10 @@ CREATE TABLE mycelium.receipt_signatures (
   signed_at timestamptz NOT NULL DEFAULT now()
 );
 
--- Receipts still waiting for the hub's signature (a work queue, not a record).
-CREATE TABLE mycelium.receipts_unsigned (
-  id bigint PRIMARY KEY
+-- How far each agent's chain is signed without a gap (written by sign_receipts only).
+CREATE TABLE mycelium.receipts_signed_through (
+  agent_id text PRIMARY KEY,
+  seq bigint NOT NULL
 );
 
 -- ---------------------------------------------------------------------------------------------
@@ -81,32 +91,43 @@ CREATE FUNCTION mycelium.receipt_ts(p timestamptz) RETURNS text LANGUAGE sql STA
 $$;
 
 -- Field order is part of the format (mycelium.ledger.receipts.RECEIPT_FIELDS): each field is
--- "<name>:<length>:<value>\n", or "<name>:-\n" for NULL; timestamps in UTC with microseconds.
--- Written with built-ins only and declared STABLE like to_char, so the planner inlines it.
+-- "<name>:<length>:<value>\n", or "<name>:-\n" for NULL (only nullable columns can be); timestamps
+-- in UTC with microseconds. Rendered in two parts around seq, so an append renders everything but seq
+-- before it takes the chain's lock. Built-ins only and STABLE like to_char, so the planner inlines it.
+CREATE FUNCTION mycelium.receipt_preimage_before_seq(r mycelium.receipts) RETURNS text LANGUAGE sql STABLE AS $$
+  SELECT E'mycelium.receipt/v1\nreceipt_id:' || length(r.receipt_id) || ':' || r.receipt_id
+    || E'\nagent_id:' || length(r.agent_id) || ':' || r.agent_id || E'\n'
+$$;
+
+CREATE FUNCTION mycelium.receipt_preimage_after_seq(r mycelium.receipts) RETURNS text LANGUAGE sql STABLE AS $$
+  SELECT 'kind:' || length(r.kind) || ':' || r.kind
+    || E'\naction:' || length(r.action) || ':' || r.action
+    || E'\nrequest_id:' || length(r.request_id) || ':' || r.request_id
+    || E'\ntransition_key:' || length(r.transition_key) || ':' || r.transition_key
+    || E'\nside_effect_class:' || length(r.side_effect_class) || ':' || r.side_effect_class
+    || E'\npolicy_version:' || length(r.policy_version) || ':' || r.policy_version
+    || E'\ninputs_hash' || coalesce(':' || length(r.inputs_hash) || ':' || r.inputs_hash, ':-')
+    || E'\noutputs_hash' || coalesce(':' || length(r.outputs_hash) || ':' || r.outputs_hash, ':-')
+    || E'\noutcome:' || length(r.outcome) || ':' || r.outcome
+    || E'\nboundary:' || length(r.boundary) || ':' || r.boundary
+    || E'\nfence:' || length(r.fence::text) || ':' || r.fence::text
+    || E'\nexternal_operation_ref' || coalesce(':' || length(r.external_operation_ref) || ':' || r.external_operation_ref, ':-')
+    || E'\nerror' || coalesce(':' || length(r.error) || ':' || r.error, ':-')
+    || E'\nverified' || coalesce(':' || length(r.verified) || ':' || r.verified, ':-')
+    || E'\nresolved_by' || coalesce(':' || length(r.resolved_by) || ':' || r.resolved_by, ':-')
+    || E'\nresolution_reason' || coalesce(':' || length(r.resolution_reason) || ':' || r.resolution_reason, ':-')
+    || E'\nstarted_at:' || length(to_char(r.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) || ':' || to_char(r.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+    || E'\nfinished_at' || coalesce(':' || length(to_char(r.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) || ':' || to_char(r.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), ':-')
+    || E'\nrecorded_at:' || length(to_char(r.recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) || ':' || to_char(r.recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || E'\n'
+$$;
+
+CREATE FUNCTION mycelium.receipt_seq_field(p_seq bigint) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+  SELECT 'seq:' || length(p_seq::text) || ':' || p_seq::text || E'\n'
+$$;
+
 CREATE FUNCTION mycelium.receipt_preimage(r mycelium.receipts) RETURNS text LANGUAGE sql STABLE AS $$
-  SELECT 'mycelium.receipt/v1' || E'\n'
-    || 'receipt_id' || coalesce(':' || length(r.receipt_id) || ':' || r.receipt_id, ':-') || E'\n'
-    || 'agent_id' || coalesce(':' || length(r.agent_id) || ':' || r.agent_id, ':-') || E'\n'
-    || 'seq' || coalesce(':' || length(r.seq::text) || ':' || r.seq::text, ':-') || E'\n'
-    || 'kind' || coalesce(':' || length(r.kind) || ':' || r.kind, ':-') || E'\n'
-    || 'action' || coalesce(':' || length(r.action) || ':' || r.action, ':-') || E'\n'
-    || 'request_id' || coalesce(':' || length(r.request_id) || ':' || r.request_id, ':-') || E'\n'
-    || 'transition_key' || coalesce(':' || length(r.transition_key) || ':' || r.transition_key, ':-') || E'\n'
-    || 'side_effect_class' || coalesce(':' || length(r.side_effect_class) || ':' || r.side_effect_class, ':-') || E'\n'
-    || 'policy_version' || coalesce(':' || length(r.policy_version) || ':' || r.policy_version, ':-') || E'\n'
-    || 'inputs_hash' || coalesce(':' || length(r.inputs_hash) || ':' || r.inputs_hash, ':-') || E'\n'
-    || 'outputs_hash' || coalesce(':' || length(r.outputs_hash) || ':' || r.outputs_hash, ':-') || E'\n'
-    || 'outcome' || coalesce(':' || length(r.outcome) || ':' || r.outcome, ':-') || E'\n'
-    || 'boundary' || coalesce(':' || length(r.boundary) || ':' || r.boundary, ':-') || E'\n'
-    || 'fence' || coalesce(':' || length(r.fence::text) || ':' || r.fence::text, ':-') || E'\n'
-    || 'external_operation_ref' || coalesce(':' || length(r.external_operation_ref) || ':' || r.external_operation_ref, ':-') || E'\n'
-    || 'error' || coalesce(':' || length(r.error) || ':' || r.error, ':-') || E'\n'
-    || 'verified' || coalesce(':' || length(r.verified) || ':' || r.verified, ':-') || E'\n'
-    || 'resolved_by' || coalesce(':' || length(r.resolved_by) || ':' || r.resolved_by, ':-') || E'\n'
-    || 'resolution_reason' || coalesce(':' || length(r.resolution_reason) || ':' || r.resolution_reason, ':-') || E'\n'
-    || 'started_at' || coalesce(':' || length(to_char(r.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) || ':' || to_char(r.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), ':-') || E'\n'
-    || 'finished_at' || coalesce(':' || length(to_char(r.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) || ':' || to_char(r.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), ':-') || E'\n'
-    || 'recorded_at' || coalesce(':' || length(to_char(r.recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) || ':' || to_char(r.recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), ':-') || E'\n'
+  SELECT mycelium.receipt_preimage_before_seq(r) || mycelium.receipt_seq_field(r.seq)
+         || mycelium.receipt_preimage_after_seq(r)
 $$;
 
 CREATE FUNCTION mycelium.receipt_hash(p_prev bytea, r mycelium.receipts) RETURNS bytea LANGUAGE sql STABLE AS $$
@@ -118,22 +139,27 @@ $$;
 
 CREATE FUNCTION mycelium.receipts_before_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-  head mycelium.receipt_heads;
+  before_seq text;
+  after_seq text;
 BEGIN
-  -- the agent's head row is the chain's lock: appends to one chain happen one at a time
-  SELECT * INTO head FROM mycelium.receipt_heads WHERE agent_id = NEW.agent_id FOR UPDATE;
-  IF NOT FOUND THEN
-    INSERT INTO mycelium.receipt_heads (agent_id, seq, hash) VALUES (NEW.agent_id, 0, '\x')
-    ON CONFLICT (agent_id) DO NOTHING;
-    SELECT * INTO head FROM mycelium.receipt_heads WHERE agent_id = NEW.agent_id FOR UPDATE;
-  END IF;
-  NEW.seq := head.seq + 1;
-  NEW.prev_hash := CASE WHEN head.seq = 0 THEN NULL ELSE head.hash END;
   NEW.recorded_at := now();
   NEW.receipt_id := 'rcpt-' || NEW.id;
-  NEW.hash := mycelium.receipt_hash(NEW.prev_hash, NEW);
-  UPDATE mycelium.receipt_heads SET seq = NEW.seq, hash = NEW.hash WHERE agent_id = NEW.agent_id;
-  INSERT INTO mycelium.receipts_unsigned (id) VALUES (NEW.id);
+  before_seq := mycelium.receipt_preimage_before_seq(NEW);
+  after_seq := mycelium.receipt_preimage_after_seq(NEW);
+  -- One statement takes the agent's head row (the chain's lock: appends to one chain happen one at
+  -- a time, each after the previous one committed) and moves it on by this receipt.
+  LOOP
+    UPDATE mycelium.receipt_heads h SET
+      seq = h.seq + 1,
+      prev_hash = CASE WHEN h.seq > 0 THEN h.hash END,
+      hash = sha256(convert_to(encode(h.hash, 'hex') || E'\n' || before_seq
+                               || mycelium.receipt_seq_field(h.seq + 1) || after_seq, 'UTF8'))
+    WHERE h.agent_id = NEW.agent_id
+    RETURNING h.seq, h.prev_hash, h.hash INTO NEW.seq, NEW.prev_hash, NEW.hash;
+    EXIT WHEN FOUND;
+    INSERT INTO mycelium.receipt_heads (agent_id, seq, hash) VALUES (NEW.agent_id, 0, '\x')
+    ON CONFLICT (agent_id) DO NOTHING;
+  END LOOP;
   RETURN NEW;
 END
 $$;
@@ -155,37 +181,34 @@ CREATE TRIGGER receipt_signatures_append_only BEFORE UPDATE OR DELETE ON myceliu
 CREATE TRIGGER receipt_signatures_no_truncate BEFORE TRUNCATE ON mycelium.receipt_signatures
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.receipts_append_only();
 
--- Every terminal transition and every release appends a receipt, in the statement that makes it.
--- (Fires after transitions_guard: triggers run in name order.)
+-- Every terminal transition and every release appends a receipt, in the statement that makes it: the
+-- guard (transitions_guard) minted the receipt's id into receipt_ref, and this AFTER trigger fires
+-- once the row is written, so the chain's lock is taken at the end of the statement.
 CREATE FUNCTION mycelium.transitions_receipt() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   released boolean := NEW.operator_resolution IS NOT NULL
                       AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution;
-  rid bigint;
 BEGIN
-  IF NOT released AND (NEW.terminal_outcome = 'IN_FLIGHT' OR NEW.terminal_outcome = OLD.terminal_outcome) THEN
-    RETURN NEW;
-  END IF;
-  rid := nextval('mycelium.receipts_id_seq');
-  NEW.receipt_ref := 'rcpt-' || rid;
   INSERT INTO mycelium.receipts (
     id, receipt_id, agent_id, seq, kind, action, request_id, transition_key, side_effect_class, policy_version,
     inputs_hash, outputs_hash, outcome, boundary, fence, external_operation_ref, error, verified,
     resolved_by, resolution_reason, started_at, finished_at, hash)
   OVERRIDING SYSTEM VALUE
   VALUES (
-    rid, NEW.receipt_ref, NEW.agent_id, 1, CASE WHEN released THEN 'release' ELSE NEW.kind END, NEW.tool,
+    substr(NEW.receipt_ref, 6)::bigint, NEW.receipt_ref, NEW.agent_id, 1,
+    CASE WHEN released THEN 'release' ELSE NEW.kind END, NEW.tool,
     NEW.request_id, NEW.transition_key, NEW.side_effect_class, NEW.policy_version, NEW.args_hash,
     CASE WHEN NEW.result IS NOT NULL THEN encode(sha256(convert_to(NEW.result::text, 'UTF8')), 'hex') END,
     NEW.terminal_outcome, NEW.side_effect_boundary, NEW.fence, NEW.external_operation_ref, NEW.error,
     CASE WHEN released THEN NEW.operator_resolution END,
     CASE WHEN released THEN NEW.resolved_by END, CASE WHEN released THEN NEW.resolution_reason END,
     NEW.started_at, NEW.finished_at, '\x');
-  RETURN NEW;
+  RETURN NULL;
 END
 $$;
-CREATE TRIGGER transitions_receipt BEFORE UPDATE ON mycelium.transitions
-  FOR EACH ROW EXECUTE FUNCTION mycelium.transitions_receipt();
+CREATE TRIGGER transitions_receipt AFTER UPDATE ON mycelium.transitions
+  FOR EACH ROW WHEN (NEW.receipt_ref IS DISTINCT FROM OLD.receipt_ref AND NEW.receipt_ref IS NOT NULL)
+  EXECUTE FUNCTION mycelium.transitions_receipt();
 
 -- ---------------------------------------------------------------------------------------------
 -- Keys and signatures (written by the hub, which holds the private key).
@@ -214,14 +237,26 @@ LANGUAGE sql AS $$
   WHERE key_id <> p_except AND retired_at IS NULL RETURNING *
 $$;
 
+-- The receipts waiting for a signature: each chain's receipts past its signed-through mark that have
+-- none (the index on (agent_id, seq) serves each chain's tail).
 CREATE FUNCTION mycelium.unsigned_receipt_batch(p_limit integer DEFAULT 500)
 RETURNS TABLE (id bigint, hash bytea) LANGUAGE sql STABLE AS $$
-  SELECT r.id, r.hash FROM mycelium.receipts_unsigned u JOIN mycelium.receipts r ON r.id = u.id
-  ORDER BY u.id LIMIT p_limit
+  SELECT r.id, r.hash
+  FROM mycelium.receipt_heads h
+  LEFT JOIN mycelium.receipts_signed_through s ON s.agent_id = h.agent_id
+  CROSS JOIN LATERAL (
+    SELECT r.id, r.hash FROM mycelium.receipts r
+    WHERE r.agent_id = h.agent_id AND r.seq > coalesce(s.seq, 0)
+      AND NOT EXISTS (SELECT 1 FROM mycelium.receipt_signatures g WHERE g.id = r.id)
+    ORDER BY r.seq LIMIT p_limit
+  ) r
+  WHERE h.seq > coalesce(s.seq, 0)
+  ORDER BY r.id LIMIT p_limit
 $$;
 
 -- Store signatures computed by the key holder over each receipt's hash. A key must be registered
--- and active; a receipt is signed once.
+-- and active; a receipt is signed once. Each touched chain's signed-through mark then moves up to
+-- its first receipt still without a signature (never down: two signers may race).
 CREATE FUNCTION mycelium.sign_receipts(p_key_id text, p_ids bigint[], p_signatures bytea[])
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE n integer;
@@ -236,7 +271,16 @@ BEGIN
   SELECT r, p_key_id, s FROM unnest(p_ids, p_signatures) AS x(r, s)
   ON CONFLICT (id) DO NOTHING;
   GET DIAGNOSTICS n = ROW_COUNT;
-  DELETE FROM mycelium.receipts_unsigned WHERE id = ANY (p_ids);
+  INSERT INTO mycelium.receipts_signed_through AS m (agent_id, seq)
+  SELECT c.agent_id, coalesce(
+           (SELECT min(r.seq) - 1 FROM mycelium.receipts r
+            WHERE r.agent_id = c.agent_id AND r.seq > c.mark
+              AND NOT EXISTS (SELECT 1 FROM mycelium.receipt_signatures g WHERE g.id = r.id)),
+           (SELECT max(r.seq) FROM mycelium.receipts r WHERE r.agent_id = c.agent_id))
+  FROM (SELECT DISTINCT r.agent_id, coalesce(s.seq, 0) AS mark
+        FROM mycelium.receipts r LEFT JOIN mycelium.receipts_signed_through s ON s.agent_id = r.agent_id
+        WHERE r.id = ANY (p_ids)) c
+  ON CONFLICT (agent_id) DO UPDATE SET seq = greatest(m.seq, excluded.seq);
   RETURN n;
 END
 $$;

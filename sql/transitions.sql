@@ -61,49 +61,71 @@ CREATE FUNCTION mycelium.boundary_rank(p text) RETURNS integer LANGUAGE sql IMMU
 $$;
 
 -- ---------------------------------------------------------------------------------------------
+-- Closed sets and bounded texts as domains. A domain's check is compiled once per session and runs
+-- only for the columns a statement assigns; a table CHECK is re-read from the catalog and compiled
+-- again by every INSERT and UPDATE (with ~25 of them, most of the cost of a verb).
+
+CREATE DOMAIN mycelium.transition_kind AS text CHECK (VALUE IN ('tool', 'task'));
+CREATE DOMAIN mycelium.effect_class AS text
+  CHECK (VALUE IN ('read', 'idempotent_mutate', 'keyed_mutate', 'non_idempotent_mutate', 'irreversible'));
+CREATE DOMAIN mycelium.spendability AS text CHECK (VALUE IN ('multi_use', 'single_use', 'non_replayable'));
+CREATE DOMAIN mycelium.retry_permission AS text CHECK (VALUE IN ('safe_retry',
+  'retry_only_with_same_provider_idempotency_key', 'manual_reconciliation_required', 'never_retry_automatically'));
+CREATE DOMAIN mycelium.capability AS text CHECK (VALUE IN ('idempotent', 'queryable', 'blind'));
+CREATE DOMAIN mycelium.effect_boundary AS text CHECK (VALUE IN ('not_crossed', 'maybe_crossed', 'crossed'));
+CREATE DOMAIN mycelium.transition_outcome AS text CHECK (VALUE IN ('IN_FLIGHT', 'COMPLETED',
+  'FAILED_BEFORE_EFFECT', 'FAILED_AFTER_EFFECT', 'BLOCKED', 'UNKNOWN'));
+CREATE DOMAIN mycelium.effect_phase AS text
+  CHECK (VALUE IN ('INTENDED', 'ATTEMPTING', 'COMMITTED', 'ABORTED', 'UNKNOWN'));
+CREATE DOMAIN mycelium.reconcile_status AS text CHECK (VALUE IN ('COMPLETED', 'NOT_EXECUTED', 'UNKNOWN'));
+CREATE DOMAIN mycelium.operator_resolution AS text CHECK (VALUE IN ('completed', 'not_executed'));
+
+CREATE DOMAIN mycelium.request_key AS text CHECK (btrim(VALUE) <> '' AND length(VALUE) <= 512);
+CREATE DOMAIN mycelium.ledger_name AS text CHECK (btrim(VALUE) <> '' AND length(VALUE) <= 256);
+CREATE DOMAIN mycelium.ledger_label AS text CHECK (length(VALUE) <= 256);
+CREATE DOMAIN mycelium.provider_ref AS text CHECK (length(VALUE) <= 1024);
+CREATE DOMAIN mycelium.json_object AS jsonb CHECK (jsonb_typeof(VALUE) = 'object');
+CREATE DOMAIN mycelium.fence_token AS bigint CHECK (VALUE >= 1);
+CREATE DOMAIN mycelium.attempt_count AS integer CHECK (VALUE >= 1);
+CREATE DOMAIN mycelium.key_ttl AS interval CHECK (VALUE >= interval '0');
+
+-- ---------------------------------------------------------------------------------------------
 -- The table.
 
 CREATE TABLE mycelium.transitions (
-  request_id text PRIMARY KEY
-    CONSTRAINT request_id_valid CHECK (btrim(request_id) <> '' AND length(request_id) <= 512),
-  kind text NOT NULL DEFAULT 'tool' CHECK (kind IN ('tool', 'task')),
-  transition_key text NOT NULL CHECK (btrim(transition_key) <> '' AND length(transition_key) <= 256),
+  request_id mycelium.request_key PRIMARY KEY,
+  kind mycelium.transition_kind NOT NULL DEFAULT 'tool',
+  transition_key mycelium.ledger_name NOT NULL,
   idempotency_key text,
-  tool text NOT NULL CHECK (btrim(tool) <> '' AND length(tool) <= 256),
-  agent_id text NOT NULL CHECK (length(agent_id) <= 256),
-  policy_version text NOT NULL CHECK (length(policy_version) <= 256),
-  scope jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(scope) = 'object'),
+  tool mycelium.ledger_name NOT NULL,
+  agent_id mycelium.ledger_label NOT NULL,
+  policy_version mycelium.ledger_label NOT NULL,
+  scope mycelium.json_object NOT NULL DEFAULT '{}',
   dispatch_id text,
   args_hash text,
-  side_effect_class text NOT NULL CHECK (side_effect_class IN
-    ('read', 'idempotent_mutate', 'keyed_mutate', 'non_idempotent_mutate', 'irreversible')),
-  spendability text NOT NULL CHECK (spendability IN ('multi_use', 'single_use', 'non_replayable')),
-  retry_permission text NOT NULL CHECK (retry_permission IN ('safe_retry',
-    'retry_only_with_same_provider_idempotency_key', 'manual_reconciliation_required',
-    'never_retry_automatically')),
-  capability text NOT NULL CHECK (capability IN ('idempotent', 'queryable', 'blind')),
-  side_effect_boundary text NOT NULL DEFAULT 'not_crossed'
-    CHECK (side_effect_boundary IN ('not_crossed', 'maybe_crossed', 'crossed')),
-  terminal_outcome text NOT NULL DEFAULT 'IN_FLIGHT' CHECK (terminal_outcome IN ('IN_FLIGHT', 'COMPLETED',
-    'FAILED_BEFORE_EFFECT', 'FAILED_AFTER_EFFECT', 'BLOCKED', 'UNKNOWN')),
-  effect_phase text NOT NULL DEFAULT 'INTENDED'
-    CHECK (effect_phase IN ('INTENDED', 'ATTEMPTING', 'COMMITTED', 'ABORTED', 'UNKNOWN')),
-  external_operation_ref text CHECK (length(external_operation_ref) <= 1024),
+  side_effect_class mycelium.effect_class NOT NULL,
+  spendability mycelium.spendability NOT NULL,
+  retry_permission mycelium.retry_permission NOT NULL,
+  capability mycelium.capability NOT NULL,
+  side_effect_boundary mycelium.effect_boundary NOT NULL DEFAULT 'not_crossed',
+  terminal_outcome mycelium.transition_outcome NOT NULL DEFAULT 'IN_FLIGHT',
+  effect_phase mycelium.effect_phase NOT NULL DEFAULT 'INTENDED',
+  external_operation_ref mycelium.provider_ref,
   provider_key_param text,
-  provider_idempotency_key text CHECK (length(provider_idempotency_key) <= 1024),
+  provider_idempotency_key mycelium.provider_ref,
   provider_key_first_attempt_at timestamptz,
-  provider_key_ttl interval CHECK (provider_key_ttl >= interval '0'),
-  owner text NOT NULL CHECK (btrim(owner) <> '' AND length(owner) <= 256),
-  fence bigint NOT NULL DEFAULT 1 CHECK (fence >= 1),
-  attempts integer NOT NULL DEFAULT 1 CHECK (attempts >= 1),
+  provider_key_ttl mycelium.key_ttl,
+  owner mycelium.ledger_name NOT NULL,
+  fence mycelium.fence_token NOT NULL DEFAULT 1,
+  attempts mycelium.attempt_count NOT NULL DEFAULT 1,
   lease_until timestamptz,
   last_heartbeat_at timestamptz,
   result jsonb,
   error text,
   receipt_ref text,
-  reconcile_status text CHECK (reconcile_status IN ('COMPLETED', 'NOT_EXECUTED', 'UNKNOWN')),
+  reconcile_status mycelium.reconcile_status,
   reconciled_at timestamptz,
-  operator_resolution text CHECK (operator_resolution IN ('completed', 'not_executed')),
+  operator_resolution mycelium.operator_resolution,
   resolved_by text,
   resolution_reason text,
   resolved_at timestamptz,
@@ -113,17 +135,36 @@ CREATE TABLE mycelium.transitions (
   created_at timestamptz NOT NULL DEFAULT now(),
   started_at timestamptz NOT NULL DEFAULT now(),
   finished_at timestamptz,
-  updated_at timestamptz NOT NULL DEFAULT now(),
-  -- where an outcome stands says what must (not) be on the row
-  CONSTRAINT in_flight_is_unfinished CHECK ((terminal_outcome = 'IN_FLIGHT') = (finished_at IS NULL)),
-  CONSTRAINT terminal_holds_no_lease CHECK (terminal_outcome = 'IN_FLIGHT' OR lease_until IS NULL),
-  CONSTRAINT completed_crossed CHECK (terminal_outcome NOT IN ('COMPLETED', 'FAILED_AFTER_EFFECT')
-                                      OR side_effect_boundary = 'crossed'),
-  CONSTRAINT failed_before_not_crossed CHECK (terminal_outcome <> 'FAILED_BEFORE_EFFECT'
-                                              OR side_effect_boundary = 'not_crossed'),
-  CONSTRAINT release_is_recorded CHECK (operator_resolution IS NULL
-                                        OR (resolved_by IS NOT NULL AND resolution_reason IS NOT NULL))
+  updated_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- Where an outcome stands says what must (not) be on the row. One CHECK over the whole row, written
+-- in PL/pgSQL: separate CHECK expressions are read back from the catalog and compiled again by every
+-- INSERT and UPDATE, a call is only a call. A violation names the rule it breaks.
+CREATE FUNCTION mycelium.transition_consistent(t mycelium.transitions) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+  broken text := CASE
+    WHEN (t.terminal_outcome = 'IN_FLIGHT') <> (t.finished_at IS NULL)
+      THEN 'in_flight_is_unfinished: a row is IN_FLIGHT exactly while finished_at is empty'
+    WHEN t.terminal_outcome <> 'IN_FLIGHT' AND t.lease_until IS NOT NULL
+      THEN 'terminal_holds_no_lease: a terminal row holds no lease'
+    WHEN t.terminal_outcome IN ('COMPLETED', 'FAILED_AFTER_EFFECT') AND t.side_effect_boundary <> 'crossed'
+      THEN 'completed_crossed: COMPLETED and FAILED_AFTER_EFFECT rows crossed the side-effect boundary'
+    WHEN t.terminal_outcome = 'FAILED_BEFORE_EFFECT' AND t.side_effect_boundary <> 'not_crossed'
+      THEN 'failed_before_not_crossed: a FAILED_BEFORE_EFFECT row never crossed the side-effect boundary'
+    WHEN t.operator_resolution IS NOT NULL AND (t.resolved_by IS NULL OR t.resolution_reason IS NULL)
+      THEN 'release_is_recorded: a release names who verified it and why'
+  END;
+BEGIN
+  IF broken IS NOT NULL THEN
+    RAISE EXCEPTION 'transition % breaks %', t.request_id, broken USING ERRCODE = 'check_violation';
+  END IF;
+  RETURN true;
+END
+$$;
+ALTER TABLE mycelium.transitions
+  ADD CONSTRAINT transition_consistent CHECK (mycelium.transition_consistent(transitions));
 
 -- Listings operators need. The in-flight index is keyed on finished_at IS NULL (equivalent, by the
 -- CHECK above) rather than on the outcome, so the planner can never pick it for the verbs' own
@@ -166,6 +207,7 @@ BEGIN
     NEW.fence := 1;
     NEW.created_at := now();
     NEW.updated_at := now();
+    NEW.receipt_ref := NULL;
     RETURN NEW;
   END IF;
   IF NEW.request_id <> OLD.request_id OR NEW.created_at <> OLD.created_at OR NEW.kind <> OLD.kind THEN
@@ -206,6 +248,14 @@ BEGIN
   END IF;
   IF NEW.fence > OLD.fence AND verb <> 'claim_transition' THEN
     PERFORM mycelium.refuse(409, 'fence_claim_only', 'only a claim moves the fence');
+  END IF;
+  -- a receipt is due when the row becomes terminal or is released: mint its id here; the AFTER
+  -- trigger transitions_receipt (receipts.sql) appends it once the row is written
+  IF (NEW.terminal_outcome <> 'IN_FLIGHT' AND NEW.terminal_outcome <> OLD.terminal_outcome)
+     OR (NEW.operator_resolution IS NOT NULL AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution) THEN
+    NEW.receipt_ref := 'rcpt-' || nextval('mycelium.receipts_id_seq');
+  ELSIF NEW.fence = OLD.fence THEN
+    NEW.receipt_ref := OLD.receipt_ref;
   END IF;
   NEW.updated_at := now();
   RETURN NEW;
@@ -389,6 +439,7 @@ CREATE FUNCTION mycelium.claim_transition(
   p_presumed_dead_after double precision DEFAULT NULL
 ) RETURNS mycelium.claim LANGUAGE plpgsql AS $$
 DECLARE
+  marked text;
   cls text := mycelium.side_effect_class(p_side_effect_class);
   spend text;
   retry text;
@@ -418,7 +469,7 @@ BEGIN
   spend := coalesce(p_spendability, mycelium.default_spendability(cls));
   retry := coalesce(p_retry_permission, mycelium.default_retry_permission(cls));
   cap := coalesce(p_capability, mycelium.capability_floor(cls, p_key_param IS NOT NULL, p_has_reconciler));
-  PERFORM set_config('mycelium.transition_verb', 'claim_transition', true);
+  marked := set_config('mycelium.transition_verb', 'claim_transition', true);
 
   -- the common case first: nobody has seen this call
   INSERT INTO mycelium.transitions AS x (
@@ -436,7 +487,7 @@ BEGIN
   ON CONFLICT (request_id) DO NOTHING
   RETURNING * INTO t;
   IF FOUND THEN
-    PERFORM set_config('mycelium.transition_verb', '', true);
+    marked := set_config('mycelium.transition_verb', '', true);
     RETURN ROW('ALLOW', 'run', false, t)::mycelium.claim;
   END IF;
 
@@ -505,7 +556,7 @@ BEGIN
         END
     WHERE request_id = p_request_id RETURNING * INTO t;
   END IF;
-  PERFORM set_config('mycelium.transition_verb', '', true);
+  marked := set_config('mycelium.transition_verb', '', true);
   RETURN ROW(gate, act, repaired, t)::mycelium.claim;
 END
 $$;
@@ -518,12 +569,14 @@ COMMENT ON FUNCTION mycelium.claim_transition IS
 CREATE FUNCTION mycelium.renew_lease(
   p_request_id text, p_owner text, p_fence bigint, p_lease_ttl double precision
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
-DECLARE t mycelium.transitions;
+DECLARE
+  t mycelium.transitions;
+  marked text;
 BEGIN
   IF p_lease_ttl IS NULL OR p_lease_ttl <= 0 THEN
     PERFORM mycelium.refuse(422, 'invalid_lease_ttl', 'a lease is renewed for a positive number of seconds');
   END IF;
-  PERFORM set_config('mycelium.transition_verb', 'renew_lease', true);
+  marked := set_config('mycelium.transition_verb', 'renew_lease', true);
   UPDATE mycelium.transitions SET lease_until = mycelium.lease_end(p_lease_ttl), last_heartbeat_at = now()
   WHERE request_id = p_request_id AND owner = p_owner AND fence = p_fence AND terminal_outcome = 'IN_FLIGHT'
     AND (lease_until IS NULL OR lease_until > now())
@@ -531,7 +584,7 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM mycelium.transition_lost(p_request_id, p_owner, p_fence, 'renew_lease', true);
   END IF;
-  PERFORM set_config('mycelium.transition_verb', '', true);
+  marked := set_config('mycelium.transition_verb', '', true);
   RETURN t;
 END
 $$;
@@ -541,13 +594,15 @@ $$;
 CREATE FUNCTION mycelium.advance_boundary(
   p_request_id text, p_owner text, p_fence bigint, p_boundary text
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
-DECLARE t mycelium.transitions;
+DECLARE
+  t mycelium.transitions;
+  marked text;
 BEGIN
   IF mycelium.boundary_rank(p_boundary) IS NULL THEN
     PERFORM mycelium.refuse(422, 'invalid_boundary',
       format('unknown side_effect_boundary %L (not_crossed, maybe_crossed, crossed)', p_boundary));
   END IF;
-  PERFORM set_config('mycelium.transition_verb', 'advance_boundary', true);
+  marked := set_config('mycelium.transition_verb', 'advance_boundary', true);
   UPDATE mycelium.transitions SET
     side_effect_boundary = CASE WHEN mycelium.boundary_rank(p_boundary) > mycelium.boundary_rank(side_effect_boundary)
                                 THEN p_boundary ELSE side_effect_boundary END,
@@ -559,7 +614,7 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM mycelium.transition_lost(p_request_id, p_owner, p_fence, 'advance_boundary', p_boundary = 'maybe_crossed');
   END IF;
-  PERFORM set_config('mycelium.transition_verb', '', true);
+  marked := set_config('mycelium.transition_verb', '', true);
   RETURN t;
 END
 $$;
@@ -569,12 +624,14 @@ $$;
 CREATE FUNCTION mycelium.record_external_operation(
   p_request_id text, p_owner text, p_fence bigint, p_ref text
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
-DECLARE t mycelium.transitions;
+DECLARE
+  t mycelium.transitions;
+  marked text;
 BEGIN
   IF p_ref IS NULL OR btrim(p_ref) = '' OR p_ref ~ '[[:cntrl:]]' THEN
     PERFORM mycelium.refuse(422, 'invalid_external_ref', 'an external operation ref is a non-blank single line');
   END IF;
-  PERFORM set_config('mycelium.transition_verb', 'record_external_operation', true);
+  marked := set_config('mycelium.transition_verb', 'record_external_operation', true);
   UPDATE mycelium.transitions SET external_operation_ref = p_ref
   WHERE request_id = p_request_id AND owner = p_owner AND fence = p_fence
     AND terminal_outcome IN ('IN_FLIGHT', 'BLOCKED', 'UNKNOWN')
@@ -582,7 +639,7 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM mycelium.transition_lost(p_request_id, p_owner, p_fence, 'record_external_operation');
   END IF;
-  PERFORM set_config('mycelium.transition_verb', '', true);
+  marked := set_config('mycelium.transition_verb', '', true);
   RETURN t;
 END
 $$;
@@ -590,9 +647,11 @@ $$;
 CREATE FUNCTION mycelium.complete(
   p_request_id text, p_owner text, p_fence bigint, p_result jsonb DEFAULT NULL
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
-DECLARE t mycelium.transitions;
+DECLARE
+  t mycelium.transitions;
+  marked text;
 BEGIN
-  PERFORM set_config('mycelium.transition_verb', 'complete', true);
+  marked := set_config('mycelium.transition_verb', 'complete', true);
   UPDATE mycelium.transitions SET
     terminal_outcome = 'COMPLETED', side_effect_boundary = 'crossed', effect_phase = 'COMMITTED',
     result = p_result, error = NULL, lease_until = NULL, finished_at = now()
@@ -601,7 +660,7 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM mycelium.transition_lost(p_request_id, p_owner, p_fence, 'complete');
   END IF;
-  PERFORM set_config('mycelium.transition_verb', '', true);
+  marked := set_config('mycelium.transition_verb', '', true);
   RETURN t;
 END
 $$;
@@ -613,9 +672,11 @@ $$;
 CREATE FUNCTION mycelium.fail(
   p_request_id text, p_owner text, p_fence bigint, p_error text DEFAULT NULL, p_after_effect boolean DEFAULT NULL
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
-DECLARE t mycelium.transitions;
+DECLARE
+  t mycelium.transitions;
+  marked text;
 BEGIN
-  PERFORM set_config('mycelium.transition_verb', 'fail', true);
+  marked := set_config('mycelium.transition_verb', 'fail', true);
   UPDATE mycelium.transitions SET
     terminal_outcome = CASE
       WHEN p_after_effect THEN 'FAILED_AFTER_EFFECT'
@@ -639,7 +700,7 @@ BEGIN
     END IF;
     PERFORM mycelium.transition_lost(p_request_id, p_owner, p_fence, 'fail');
   END IF;
-  PERFORM set_config('mycelium.transition_verb', '', true);
+  marked := set_config('mycelium.transition_verb', '', true);
   RETURN t;
 END
 $$;
@@ -647,9 +708,11 @@ $$;
 CREATE FUNCTION mycelium.mark_outcome(
   p_request_id text, p_owner text, p_fence bigint, p_outcome text, p_error text, p_verb text
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
-DECLARE t mycelium.transitions;
+DECLARE
+  t mycelium.transitions;
+  marked text;
 BEGIN
-  PERFORM set_config('mycelium.transition_verb', p_verb, true);
+  marked := set_config('mycelium.transition_verb', p_verb, true);
   UPDATE mycelium.transitions SET
     terminal_outcome = p_outcome, lease_until = NULL, finished_at = now(), error = left(p_error, 8000),
     effect_phase = CASE WHEN side_effect_boundary = 'not_crossed' AND p_outcome = 'BLOCKED'
@@ -659,7 +722,7 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM mycelium.transition_lost(p_request_id, p_owner, p_fence, p_verb);
   END IF;
-  PERFORM set_config('mycelium.transition_verb', '', true);
+  marked := set_config('mycelium.transition_verb', '', true);
   RETURN t;
 END
 $$;
@@ -678,9 +741,11 @@ $$;
 -- itself; the verb is here for operators.
 CREATE FUNCTION mycelium.repair(p_request_id text, p_owner text, p_fence bigint)
 RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
-DECLARE t mycelium.transitions;
+DECLARE
+  t mycelium.transitions;
+  marked text;
 BEGIN
-  PERFORM set_config('mycelium.transition_verb', 'repair', true);
+  marked := set_config('mycelium.transition_verb', 'repair', true);
   UPDATE mycelium.transitions
   SET idempotency_key = CASE WHEN coalesce(btrim(idempotency_key), '') = '' THEN request_id ELSE idempotency_key END
   WHERE request_id = p_request_id AND owner = p_owner AND fence = p_fence
@@ -688,7 +753,7 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM mycelium.transition_lost(p_request_id, p_owner, p_fence, 'repair');
   END IF;
-  PERFORM set_config('mycelium.transition_verb', '', true);
+  marked := set_config('mycelium.transition_verb', '', true);
   RETURN t;
 END
 $$;
@@ -706,6 +771,7 @@ CREATE FUNCTION mycelium.apply_reconcile_result(
   p_request_id text, p_fence bigint, p_status text, p_result jsonb DEFAULT NULL, p_by text DEFAULT NULL
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
 DECLARE
+  marked text;
   t mycelium.transitions;
   st text;
 BEGIN
@@ -724,7 +790,7 @@ BEGIN
       format('reconcile result for %s at fence %s refused: the row is %s at fence %s',
              p_request_id, p_fence, st, t.fence), mycelium.transition_detail(t));
   END IF;
-  PERFORM set_config('mycelium.transition_verb', 'apply_reconcile_result', true);
+  marked := set_config('mycelium.transition_verb', 'apply_reconcile_result', true);
   IF p_status = 'COMPLETED' THEN
     UPDATE mycelium.transitions SET
       terminal_outcome = 'COMPLETED', side_effect_boundary = 'crossed', effect_phase = 'COMMITTED',
@@ -739,7 +805,7 @@ BEGIN
       reconcile_status = p_status, reconciled_at = now()
     WHERE request_id = p_request_id RETURNING * INTO t;
   END IF;
-  PERFORM set_config('mycelium.transition_verb', '', true);
+  marked := set_config('mycelium.transition_verb', '', true);
   RETURN t;
 END
 $$;
@@ -751,6 +817,7 @@ CREATE FUNCTION mycelium.release(
   p_expected_fence bigint DEFAULT NULL
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
 DECLARE
+  marked text;
   t mycelium.transitions;
   st text;
 BEGIN
@@ -786,7 +853,7 @@ BEGIN
       format('%s was already released (%s by %s); a release is one-shot', p_request_id,
              t.operator_resolution, t.resolved_by), mycelium.transition_detail(t));
   END IF;
-  PERFORM set_config('mycelium.transition_verb', 'release', true);
+  marked := set_config('mycelium.transition_verb', 'release', true);
   UPDATE mycelium.transitions SET
     operator_resolution = p_verified, resolved_by = p_by, resolution_reason = p_reason, resolved_at = now(),
     released_from_outcome = st,
@@ -797,7 +864,7 @@ BEGIN
     result = CASE WHEN p_verified = 'completed' THEN p_result ELSE result END,
     lease_until = NULL, finished_at = coalesce(finished_at, now())
   WHERE request_id = p_request_id RETURNING * INTO t;
-  PERFORM set_config('mycelium.transition_verb', '', true);
+  marked := set_config('mycelium.transition_verb', '', true);
   RETURN t;
 END
 $$;
@@ -809,6 +876,7 @@ CREATE FUNCTION mycelium.mark_worker_dead(
   p_presumed_dead_after double precision DEFAULT 60
 ) RETURNS SETOF mycelium.transitions LANGUAGE plpgsql AS $$
 DECLARE
+  marked text;
   alive text;
 BEGIN
   IF p_by IS NULL OR btrim(p_by) = '' OR p_reason IS NULL OR btrim(p_reason) = '' THEN
@@ -823,13 +891,13 @@ BEGIN
       format('worker %s renewed %s within the last %s s; pass override to assert its death anyway',
              p_owner, alive, p_presumed_dead_after), jsonb_build_object('owner', p_owner, 'request_id', alive));
   END IF;
-  PERFORM set_config('mycelium.transition_verb', 'mark_worker_dead', true);
+  marked := set_config('mycelium.transition_verb', 'mark_worker_dead', true);
   RETURN QUERY
     UPDATE mycelium.transitions SET
       worker_dead_asserted_by = p_by, worker_dead_asserted_at = now(),
       resolution_reason = p_reason || CASE WHEN alive IS NOT NULL THEN ' (heartbeat overridden)' ELSE '' END
     WHERE owner = p_owner AND finished_at IS NULL AND terminal_outcome = 'IN_FLIGHT'
     RETURNING *;
-  PERFORM set_config('mycelium.transition_verb', '', true);
+  marked := set_config('mycelium.transition_verb', '', true);
 END
 $$;

@@ -22,8 +22,3 @@ LIMIT $4
 
 -- name: verify_receipt_chain
 SELECT * FROM mycelium.verify_receipt_chain($1)
-
--- name: unsigned_receipt_count
-SELECT count(*) AS unsigned, min(r.recorded_at) AS oldest
-FROM mycelium.receipts_unsigned u JOIN mycelium.receipts r ON r.id = u.id
-WHERE $1::text IS NULL OR r.agent_id = $1

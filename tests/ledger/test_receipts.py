@@ -184,3 +184,33 @@ async def test_the_audit_views_answer_the_common_questions(admin_conn):
         await admin_conn.execute("SET LOCAL ROLE mycelium_auditor")
         assert await admin_conn.fetchval("SELECT count(*) FROM mycelium.receipts") == 4
         assert await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain()") == []
+
+
+async def test_receipts_signed_out_of_order_leave_exactly_the_unsigned_ones_waiting(admin_conn, tmp_path):
+    key = r.KeyStore(tmp_path / "keys").current()
+    await r.register(admin_conn, key)
+    for i in range(4):
+        await completed(admin_conn, f"a{i}")
+    await completed(admin_conn, "b0", agent="agent-2")
+
+    async def waiting() -> list[int]:
+        return [x["id"] for x in await admin_conn.fetch("SELECT * FROM mycelium.unsigned_receipt_batch(100)")]
+
+    ids = await waiting()
+    assert len(ids) == 5
+    # sign the second and the fourth of agent-1 only: the first and third still wait, and so does agent-2's
+    chosen = [ids[1], ids[3]]
+    hashes = {x["id"]: x["hash"] for x in await admin_conn.fetch("SELECT id, hash FROM mycelium.receipts")}
+    await admin_conn.fetchval(
+        "SELECT mycelium.sign_receipts($1, $2, $3)",
+        key.key_id,
+        chosen,
+        [key.sign(bytes(hashes[i]).hex()) for i in chosen],
+    )
+    assert await waiting() == [ids[0], ids[2], ids[4]]
+    assert await r.sign_pending(admin_conn, key) == 3
+    assert await waiting() == []
+    marks = dict(await admin_conn.fetch("SELECT agent_id, seq FROM mycelium.receipts_signed_through"))
+    assert marks == {"agent-1": 4, "agent-2": 1}
+    await completed(admin_conn, "a4")
+    assert len(await waiting()) == 1
