@@ -75,14 +75,19 @@ CREATE FUNCTION mycelium.board_handle(p_handle text) RETURNS text LANGUAGE sql I
     'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
 $$;
 
-CREATE FUNCTION mycelium.board_handle_problem(p_handle text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
-  SELECT CASE
+CREATE FUNCTION mycelium.board_handle_problem(p_handle text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE h text := mycelium.board_handle(p_handle);
+BEGIN
+  IF h ~ '^[a-z0-9][a-z0-9_-]{0,63}$' THEN
+    RETURN NULL;  -- a valid handle: one match
+  END IF;
+  RETURN CASE
     WHEN h IS NULL OR h = '' THEN 'blank'
     WHEN length(h) > 64 THEN 'too_long'
     WHEN h !~ '^[a-z0-9]' THEN 'bad_start'
     WHEN h !~ '^[a-z0-9_-]*$' THEN 'bad_character'
-  END
-  FROM (SELECT mycelium.board_handle(p_handle) AS h) s
+  END;
+END
 $$;
 
 -- A valid normalised handle, or a 422 naming what is wrong with it.

@@ -21,15 +21,21 @@ COMMENT ON FUNCTION mycelium.normalize_handle IS
   'The one spelling of a handle: no @, no #session suffix, no surrounding whitespace, A-Z lowercased.';
 
 -- The code of what is wrong with a handle (after normalising), or NULL; same order as core/handles.
+-- (PL/pgSQL: every verb checks its handles, and a valid one is answered by a single match.)
 CREATE FUNCTION mycelium.handle_problem(p_raw text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT CASE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE h text := mycelium.normalize_handle(p_raw);
+BEGIN
+  IF h ~ '^[a-z0-9][a-z0-9_-]{0,63}$' THEN
+    RETURN NULL;
+  END IF;
+  RETURN CASE
     WHEN h IS NULL OR h = '' THEN 'blank'
     WHEN length(h) > 64 THEN 'too_long'
     WHEN h !~ '^[a-z0-9]' THEN 'bad_start'
     WHEN h !~ '^[a-z0-9_-]*$' THEN 'bad_character'
-  END
-  FROM (SELECT mycelium.normalize_handle(p_raw) AS h) n
+  END;
+END
 $$;
 
 CREATE FUNCTION mycelium.handle_problem_sentence(p_code text) RETURNS text

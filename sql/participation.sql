@@ -114,8 +114,9 @@ DECLARE
   next_pending bigint;
   head bigint;
   new_position bigint;
+  present mycelium.presence;
 BEGIN
-  PERFORM mycelium.touch_presence(p_room, h, p_hold_seconds);
+  present := mycelium.touch_presence(p_room, h, p_hold_seconds);
   scope := nullif(mycelium.episode_ref(p_room, p_episode), mycelium.live_episode(p_room));
 
   -- one take per handle at a time; every statement below reads after the previous take committed
@@ -160,6 +161,11 @@ BEGIN
          (SELECT last FROM mycelium.message_positions WHERE room = p_room)
     INTO next_pending, head;
   new_position := greatest(settled, coalesce(next_pending - 1, head, settled));
+  -- For the caller, in the same statement: '<more pending> <seconds the presence lease still runs>'.
+  -- A hub that knows nothing else waits for the handle, and that its presence holds, may let the
+  -- handle's next await wait for a hint instead of looking first (conversations/inbox.py).
+  PERFORM set_config('mycelium.inbox_state', (next_pending IS NOT NULL)::text || ' '
+                     || extract(epoch FROM present.expires_at - now())::text, true);
 
   IF new_position > cur.position OR hit.id IS NOT NULL THEN
     DELETE FROM mycelium.early_deliveries WHERE room = p_room AND handle = h AND position <= new_position;

@@ -1,6 +1,8 @@
 -- name: take_next
--- $1 room, $2 handle, $3 episode (NULL: the whole room), $4 seconds the caller may keep waiting
-SELECT * FROM mycelium.take_next($1, $2, $3, $4)
+-- $1 room, $2 handle, $3 episode (NULL: the whole room), $4 seconds the caller may keep waiting;
+-- inbox_state: '<more pending> <seconds the presence lease still runs>' (see take_next)
+SELECT t.*, current_setting('mycelium.inbox_state', true) AS inbox_state
+FROM mycelium.take_next($1, $2, $3, $4) t
 
 -- name: reply
 -- wake_hints: sent by the hub once the reply has committed

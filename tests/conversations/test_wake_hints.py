@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from mycelium.conversations.inbox import await_next
+from mycelium.conversations.wakes import waiters_of
 from mycelium.db.listener import Listener
 from mycelium.db.queries import q
 
@@ -117,3 +119,32 @@ async def test_hints_queued_while_the_connection_is_down_are_sent_once_it_is_bac
     finally:
         await a.stop()
         await b.stop()
+
+
+async def test_an_await_after_a_delivery_still_gets_what_came_with_a_lost_hint_or_a_late_one(hub, task, admin_conn):
+    await admin_conn.execute("SELECT id FROM mycelium.post_message('atlas', 'julia', 'one', NULL, ARRAY['bob'])")
+    first = await await_next(hub, "atlas", "bob", timeout=5)
+    assert first["content"] == "one" and first["inbox_state"].startswith("false ")
+    # a write whose hints were kept and never sent (a replica that died right after its commit):
+    # nothing tells this process, yet the await must not lose the message
+    await admin_conn.fetchrow(q("post_message"), "atlas", "julia", "two", None, ["bob"], "exchange", None,
+                              "message", {}, [], "agent")
+    second = await await_next(hub, "atlas", "bob", timeout=1)
+    assert second is not None and second["content"] == "two"
+    # a plain write from psql: its NOTIFY may still be on its way when the next await starts
+    await admin_conn.execute("SELECT id FROM mycelium.post_message('atlas', 'julia', 'three', NULL, ARRAY['bob'])")
+    third = await await_next(hub, "atlas", "bob", timeout=5)
+    assert third is not None and third["content"] == "three"
+    assert await await_next(hub, "atlas", "bob", timeout=0.2) is None  # each exactly once
+
+
+async def test_a_message_already_waiting_behind_the_one_taken_is_taken_next_at_once(hub, task, admin_conn):
+    for text in ("one", "two"):
+        await admin_conn.execute("SELECT id FROM mycelium.post_message('atlas', 'julia', $1, NULL, ARRAY['bob'])",
+                                 text)
+    first = await await_next(hub, "atlas", "bob", timeout=5)
+    assert first["content"] == "one" and first["inbox_state"].startswith("true ")
+    waiters = await waiters_of(hub)
+    assert waiters.quiet_until("atlas", "bob") is None  # so the next await looks first
+    second = await await_next(hub, "atlas", "bob", timeout=5)
+    assert second["content"] == "two"

@@ -1,7 +1,8 @@
 """``await``: wait for the next message addressed to a handle, without holding a connection.
 
 The delivery decision is the database's (``mycelium.take_next``: a durable per-handle cursor, one
-transaction per pick). This module only decides *when* to ask again: right away, then whenever a
+transaction per pick). This module only decides *when* to ask again: right away (unless the
+handle is quiet: its last look found nothing more and no hint has named it since), then whenever a
 wake hint names the handle in the room, and at least every :data:`RECHECK_SECONDS` as a safety
 net. Waiting costs an :class:`asyncio.Event`, never a database connection.
 """
@@ -12,7 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from mycelium.conversations.wakes import wait_for, waiters_of
+from mycelium.conversations.wakes import Waiters, wait_for, waiters_of
 from mycelium.core.handles import normalize_handle
 from mycelium.db.queries import q
 from mycelium.hub import Hub
@@ -37,15 +38,20 @@ async def await_next(
     deadline = loop.time() + (timeout if timeout > 0 else MAX_WAIT_SECONDS)
     waiters = await waiters_of(hub)
     me = normalize_handle(handle)
-    event = waiters.for_handle(room, me)
+    event = waiters.for_handle(room, me)  # registered before the quiet test: no hint falls between
+    quiet = waiters.quiet_until(room, me) if episode is None else None
+    # a quiet handle whose presence lasts until the first look this wait would make anyway
+    look = quiet is None or quiet < loop.time() + min(deadline - loop.time(), RECHECK_SECONDS)
     watcher = asyncio.ensure_future(gone()) if gone is not None else None
     try:
         while True:
-            event.clear()
             remaining = max(0.0, deadline - loop.time())
-            row = await hub.db.fetchrow(q("take_next"), room, handle, episode, remaining)
-            if row is not None:
-                return row
+            if look:
+                event.clear()
+                row = await _take(hub, waiters, room, handle, me, episode, remaining)
+                if row is not None:
+                    return row
+            look = True
             if remaining <= 0:
                 return None
             if watcher is None:
@@ -61,3 +67,21 @@ async def await_next(
         waiters.drop_handle(room, me, event)
         if watcher is not None:
             watcher.cancel()
+
+
+async def _take(hub: Hub, waiters: Waiters, room: str, handle: str, me: str, episode: str | None,
+                remaining: float) -> Any | None:
+    """One look at the inbox (``take_next``), keeping the handle's quiet mark up to date."""
+    if episode is not None:
+        return await hub.db.fetchrow(q("take_next"), room, handle, episode, remaining)
+    waiters.looking(room, me)
+    try:
+        row = await hub.db.fetchrow(q("take_next"), room, handle, None, remaining)
+    except BaseException:
+        waiters.forget(room, me)
+        raise
+    if row is None:
+        waiters.forget(room, me)
+    else:
+        waiters.looked(room, me, row["inbox_state"])
+    return row

@@ -9,6 +9,13 @@ concerns, and a thousand waiters cost no connection at all.
 
 A hint carries no state; whoever wakes re-reads the tables. After the listener loses and regains
 its connection every waiter is woken, because a hint may have been lost in the gap.
+
+The waiters also remember which handles are *quiet*: their last look at the inbox (started at a
+moment since which no hint has named them) took a message and found nothing more waiting, and
+their presence lease runs until a known time. An ``await`` of a quiet handle may start by waiting
+instead of looking: anything committed for it since that look has sent a hint that made it not
+quiet, or will wake the wait (a hint that is lost, with the replica that should have sent it,
+costs a wait of up to the await's periodic re-check, never the message).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from mycelium.hub import Hub
 MESSAGES_CHANNEL = "mycelium_messages"
 WAKES_CHANNEL = "mycelium_wakes"
 EVERYONE = "*"
+_QUIET_MAX = 100_000  # forget them all past this many (they are only a shortcut)
 
 
 class Waiters:
@@ -39,6 +47,7 @@ class Waiters:
         # The listener re-runs callbacks after a reconnect only for channels it holds events for:
         # keep one standing event on each, so a lost connection still wakes everyone here.
         self._standing = [listener.event(WAKES_CHANNEL), listener.event(MESSAGES_CHANNEL)]
+        self._quiet: dict[tuple[str, str], float | None] = {}  # -> quiet until (loop time)
         self._ready = False
 
     async def ready(self) -> None:
@@ -76,6 +85,37 @@ class Waiters:
             if not found:
                 del self._rooms[room]
 
+    # -- quiet handles ----------------------------------------------------------------------------
+
+    def looking(self, room: str, handle: str) -> None:
+        """A look at ``handle``'s inbox starts; a hint naming it from now on makes it not quiet."""
+        if len(self._quiet) >= _QUIET_MAX:
+            self._quiet.clear()
+        self._quiet[(room, handle)] = None
+
+    def looked(self, room: str, handle: str, state: str | None) -> None:
+        """The look took a message; ``state`` is ``take_next``'s '<more pending> <presence seconds>'."""
+        key = (room, handle)
+        if key not in self._quiet:
+            return  # a hint named the handle meanwhile
+        more, _, left = (state or "").partition(" ")
+        try:
+            seconds = float(left)
+        except ValueError:
+            seconds = 0.0
+        if more == "false" and seconds > 1.0:
+            self._quiet[key] = asyncio.get_running_loop().time() + seconds - 1.0
+        else:
+            del self._quiet[key]
+
+    def forget(self, room: str, handle: str) -> None:
+        """The look failed, or found nothing: the next await looks first."""
+        self._quiet.pop((room, handle), None)
+
+    def quiet_until(self, room: str, handle: str) -> float | None:
+        """Until when (loop time) ``handle`` is quiet, or None if it is not."""
+        return self._quiet.get((room, handle))
+
     @property
     def waiting(self) -> int:
         """How many waiters are registered (for operators and tests)."""
@@ -85,19 +125,23 @@ class Waiters:
 
     def _on_wake(self, _channel: str, payload: str) -> None:
         if not payload:  # the listener reconnected: anything may have happened
+            self._quiet.clear()
             for events in self._handles.values():
                 _set_all(events)
             return
         parts = payload.split("\t", 2)
         if len(parts) != 3:
+            self._quiet.clear()
             return
         _, room, who = parts
         if who == EVERYONE:
+            self._quiet = {key: until for key, until in self._quiet.items() if key[0] != room}
             for (r, _h), events in self._handles.items():
                 if r == room:
                     _set_all(events)
             return
         for handle in who.split(","):
+            self._quiet.pop((room, handle), None)
             events = self._handles.get((room, handle))
             if events:
                 _set_all(events)
