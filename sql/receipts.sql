@@ -48,8 +48,10 @@ CREATE TABLE mycelium.receipts (
   hash bytea NOT NULL,
   UNIQUE (agent_id, seq)
 );
-CREATE INDEX receipts_by_request ON mycelium.receipts (request_id);
 
+-- Indexes: the id (exports page by it, signatures refer to it) and (agent_id, seq) (one chain in
+-- order: the verifier and the signer walk it). Nothing reads receipts by request id (a transition
+-- points at its latest receipt through receipt_ref), so no third index is kept up on every append.
 COMMENT ON TABLE mycelium.receipts IS
   'Append-only per-agent hash chain of terminal transitions and releases (hash computed on insert).';
 

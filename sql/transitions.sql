@@ -440,10 +440,10 @@ CREATE FUNCTION mycelium.claim_transition(
 ) RETURNS mycelium.claim LANGUAGE plpgsql AS $$
 DECLARE
   marked text;
-  cls text := mycelium.side_effect_class(p_side_effect_class);
-  spend text;
-  retry text;
-  cap text;
+  cls text := p_side_effect_class;
+  spend text := p_spendability;
+  retry text := p_retry_permission;
+  cap text := p_capability;
   t mycelium.transitions;
   st text;
   validity text;
@@ -455,10 +455,15 @@ DECLARE
   settled boolean;
   death_missing boolean;
 BEGIN
-  IF cls IS NULL THEN
-    PERFORM mycelium.refuse(422, 'invalid_side_effect_class',
-      format('unknown side_effect_class %L (read, idempotent_mutate, keyed_mutate, non_idempotent_mutate, '
-             'irreversible)', p_side_effect_class), jsonb_build_object('side_effect_class', p_side_effect_class));
+  -- (each default is computed only when the caller left it out: every expression evaluated here is
+  -- compiled again in every transaction)
+  IF cls IS NULL OR cls NOT IN ('read', 'idempotent_mutate', 'keyed_mutate', 'non_idempotent_mutate', 'irreversible') THEN
+    cls := mycelium.side_effect_class(p_side_effect_class);
+    IF cls IS NULL THEN
+      PERFORM mycelium.refuse(422, 'invalid_side_effect_class',
+        format('unknown side_effect_class %L (read, idempotent_mutate, keyed_mutate, non_idempotent_mutate, '
+               'irreversible)', p_side_effect_class), jsonb_build_object('side_effect_class', p_side_effect_class));
+    END IF;
   END IF;
   IF p_request_id IS NULL OR btrim(p_request_id) = '' THEN
     PERFORM mycelium.refuse(422, 'missing_request_id', 'a claim names its request id');
@@ -466,9 +471,15 @@ BEGIN
   IF p_owner IS NULL OR btrim(p_owner) = '' THEN
     PERFORM mycelium.refuse(422, 'missing_owner', 'a claim names its owner (host:pid of the worker)');
   END IF;
-  spend := coalesce(p_spendability, mycelium.default_spendability(cls));
-  retry := coalesce(p_retry_permission, mycelium.default_retry_permission(cls));
-  cap := coalesce(p_capability, mycelium.capability_floor(cls, p_key_param IS NOT NULL, p_has_reconciler));
+  IF spend IS NULL THEN
+    spend := mycelium.default_spendability(cls);
+  END IF;
+  IF retry IS NULL THEN
+    retry := mycelium.default_retry_permission(cls);
+  END IF;
+  IF cap IS NULL THEN
+    cap := mycelium.capability_floor(cls, p_key_param IS NOT NULL, p_has_reconciler);
+  END IF;
   marked := set_config('mycelium.transition_verb', 'claim_transition', true);
 
   -- the common case first: nobody has seen this call

@@ -181,9 +181,9 @@ class ActionLedger:
         interval = self.poll_interval
         while True:
             claim = await self.storage.claim(replace_reconciled(request, reconciled_at))
-            row = claim.transition
             if claim.action in ("run", "return"):
                 return claim
+            row = claim.transition
             if claim.action == "poll":
                 if not wait:
                     raise TaskLedgerPendingError(
@@ -290,7 +290,7 @@ class ActionLedger:
         claim = await self.acquire(request, reconciler=reconciler, wait=wait)
         if claim.action == "return":
             return claim.transition.result
-        active = ActiveTransition(self, ident.request_id, tool, self.owner, claim.transition.fence)
+        active = ActiveTransition(self, ident.request_id, tool, self.owner, claim.fence)
         renewer = _Renewer(self, active) if self._renew_interval() else None
         token = _active.set(active)
         try:
@@ -324,7 +324,7 @@ class ActionLedger:
         claim = s.run_sync(self.acquire(request, reconciler=reconciler, wait=wait))
         if claim.action == "return":
             return claim.transition.result
-        active = ActiveTransition(self, ident.request_id, tool, self.owner, claim.transition.fence)
+        active = ActiveTransition(self, ident.request_id, tool, self.owner, claim.fence)
         renewer = s.submit_sync(self._keep_renewing(active)) if self._renew_interval() else None
         token = _active.set(active)
         try:

@@ -30,6 +30,12 @@ def _encode_json(value: Any) -> str:
     return _encode(value).decode()
 
 
+async def _keep_session(_conn: asyncpg.Connection) -> None:
+    """A released connection keeps its session: the store sets nothing on it but codecs and its role,
+    the verbs' settings are transaction-local, and an open transaction is still rolled back by the
+    pool. asyncpg's default reset would add a round trip to every verb call."""
+
+
 def translate(exc: BaseException) -> LedgerError:
     """A database failure as a ledger error: a refusal keeps its meaning; anything else means the
     store is unavailable (the original error stays attached as ``__cause__``)."""
@@ -90,6 +96,7 @@ class PostgresLedgerStorage:
                         min_size=self._min,
                         max_size=self._max,
                         init=self._init,
+                        reset=_keep_session,
                         command_timeout=self._timeout,
                     )
                 except Exception as exc:
@@ -114,7 +121,7 @@ class PostgresLedgerStorage:
 
     async def claim(self, request: ClaimRequest) -> Claim:
         row = await self._row("claim_transition", *request.params())
-        return Claim(row["gate"], row["action"], row["repaired"], Transition.from_mapping(row))
+        return Claim(row["gate"], row["action"], row["repaired"], row)
 
     async def renew_lease(self, request_id: str, owner: str, fence: int, lease_ttl: float) -> Transition:
         return await self._transition("renew_lease", request_id, owner, fence, lease_ttl)

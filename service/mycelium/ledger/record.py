@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -129,12 +130,23 @@ class ClaimRequest:
         return asdict(self)
 
 
-@dataclass(frozen=True)
 class Claim:
-    gate: str
-    action: str
-    repaired: bool
-    transition: Transition
+    """The database's answer to a claim. The row becomes a Transition only when it is read: the common
+    answer (run a fresh row) needs nothing from it but the fence."""
+
+    __slots__ = ("_row", "_transition", "action", "fence", "gate", "repaired")
+
+    def __init__(self, gate: str, action: str, repaired: bool, row: Transition | Mapping[str, Any]) -> None:
+        self.gate, self.action, self.repaired = gate, action, repaired
+        self._transition = row if isinstance(row, Transition) else None
+        self._row = None if isinstance(row, Transition) else row
+        self.fence: int = row.fence if isinstance(row, Transition) else row["fence"]
+
+    @property
+    def transition(self) -> Transition:
+        if self._transition is None:
+            self._transition = Transition.from_mapping(self._row)
+        return self._transition
 
 
 _TRANSITION_FIELDS = frozenset(f.name for f in fields(Transition))
