@@ -337,7 +337,8 @@ $$;
 -- p_force) a row that still waits on something -> 409 with waiting_on.
 CREATE FUNCTION mycelium.claim_task(p_room text, p_key text, p_handle text, p_ttl_minutes integer DEFAULT 30,
                                     p_force boolean DEFAULT false)
-RETURNS mycelium.lease_read LANGUAGE plpgsql AS $$
+RETURNS mycelium.lease_read LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   h text := mycelium.board_require_handle(p_handle);
   m mycelium.memories;
@@ -380,7 +381,8 @@ $$;
 
 -- Release: the row is free again, with a note (default 'released') and who left it.
 CREATE FUNCTION mycelium.release_task(p_room text, p_key text, p_handle text, p_note text DEFAULT NULL)
-RETURNS mycelium.lease_read LANGUAGE plpgsql AS $$
+RETURNS mycelium.lease_read LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   h text := mycelium.board_require_handle(p_handle);
   m mycelium.memories;
@@ -410,7 +412,8 @@ $$;
 -- Resolve: the work is done. Dependents that now wait on nothing get their `unblocked` notice in
 -- this same transaction (trigger).
 CREATE FUNCTION mycelium.resolve_task(p_room text, p_key text, p_handle text)
-RETURNS mycelium.lease_read LANGUAGE plpgsql AS $$
+RETURNS mycelium.lease_read LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   h text := mycelium.board_require_handle(p_handle);
   m mycelium.memories;

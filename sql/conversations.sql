@@ -54,7 +54,9 @@ ALTER TABLE mycelium.messages
   ADD COLUMN wakes text[] GENERATED ALWAYS AS (
     mycelium.message_wakes(kind, subkind, payload_type, sender, recipients, content)) STORED;
 
-CREATE INDEX messages_wakes ON mycelium.messages USING gin (wakes);
+-- Who a message was ever for, to anchor a new handle's inbox (inbox_anchor); notices, pings and
+-- messages to nobody are left out, so appending them costs this index nothing.
+CREATE INDEX messages_wakes ON mycelium.messages USING gin (wakes) WHERE cardinality(wakes) > 0;
 CREATE INDEX messages_amendments ON mycelium.messages (room, (parents[1]), position)
   WHERE subkind = 'amend';
 
@@ -126,7 +128,8 @@ CREATE FUNCTION mycelium.post_message(
   p_recipients text[] DEFAULT '{}', p_kind text DEFAULT 'exchange', p_subkind text DEFAULT NULL,
   p_payload_type text DEFAULT 'message', p_payload jsonb DEFAULT '{}', p_parents uuid[] DEFAULT '{}',
   p_sender_role text DEFAULT 'agent'
-) RETURNS mycelium.messages LANGUAGE plpgsql AS $$
+) RETURNS mycelium.messages LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   sender text;
   recipients text[];

@@ -9,7 +9,11 @@
 -- The position counter row stays locked from the insert until the commit, so in one room every
 -- writer waits for the previous one's commit: a verb appends its notice as late as it can, and
 -- what runs on every insert (the triggers here and in the files that extend this table) is kept
--- cheap for the rows it cannot apply to (a notice has no prose to parse).
+-- cheap for the rows it cannot apply to (a notice has no prose to parse). The hot verbs (post_notice,
+-- post_message, reply, take_next, claim/release/resolve_task) run with plan_cache_mode =
+-- force_generic_plan: their statements are keyed lookups whose generic plans are the right ones,
+-- and without it PostgreSQL plans again, on every call, each statement whose parameters make a
+-- custom plan look cheaper (an array it could unnest, a position it could estimate).
 --
 -- Shape of a row = the L9 envelope of contracts/message-envelope.json, in typed columns:
 --   kind/subkind (header), episode (thread URN; the room's own channel is …:<room>:live),
@@ -119,7 +123,8 @@ CREATE TRIGGER messages_no_truncate BEFORE TRUNCATE ON mycelium.messages
 -- transaction as the change, so a notice exists iff its change committed. Notices wake nobody.
 -- p_data carries the subkind's own fields (kind, assignee, by, title, episode, speakers, …).
 CREATE FUNCTION mycelium.post_notice(p_room text, p_subkind text, p_key text, p_data jsonb DEFAULT '{}')
-RETURNS mycelium.messages LANGUAGE plpgsql AS $$
+RETURNS mycelium.messages LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE r mycelium.messages;
 BEGIN
   IF p_subkind NOT IN ('filed', 'claimed', 'released', 'resolved', 'blocked', 'unblocked', 'expired',

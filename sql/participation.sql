@@ -70,7 +70,8 @@ CREATE TRIGGER delivery_cursors_forward BEFORE UPDATE ON mycelium.delivery_curso
 CREATE FUNCTION mycelium.inbox_anchor(p_room text, p_handle text) RETURNS bigint
 LANGUAGE sql STABLE AS $$
   SELECT coalesce(
-    (SELECT min(position) - 1 FROM mycelium.messages WHERE room = p_room AND wakes @> ARRAY[p_handle]),
+    (SELECT min(position) - 1 FROM mycelium.messages
+     WHERE room = p_room AND wakes @> ARRAY[p_handle] AND cardinality(wakes) > 0),
     (SELECT last FROM mycelium.message_positions WHERE room = p_room),
     0)
 $$;
@@ -104,13 +105,15 @@ $$;
 -- everything that was not for the handle. Refreshes the handle's presence.
 CREATE FUNCTION mycelium.take_next(
   p_room text, p_handle text, p_episode text DEFAULT NULL, p_hold_seconds double precision DEFAULT 0
-) RETURNS SETOF mycelium.timeline LANGUAGE plpgsql AS $$
+) RETURNS SETOF mycelium.timeline LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   h text := mycelium.require_handle(p_handle);
   scope text;
   cur mycelium.delivery_cursors;
   hit mycelium.messages;
   settled bigint;
+  pending bigint[];
   next_pending bigint;
   head bigint;
   new_position bigint;
@@ -128,38 +131,45 @@ BEGIN
     SELECT * INTO cur FROM mycelium.delivery_cursors WHERE room = p_room AND handle = h;
   END IF;
 
+  -- Everything up to `settled` is delivered or not for the handle: a room-wide hit is the first
+  -- pending message, so it settles what lies below it; a thread's hit is recorded as delivered early.
+  -- The message still pending after that, and the head, are read in one snapshot: the cursor may
+  -- move up to just before that message, or to the head when nothing is pending. (Each look is an
+  -- ordered scan of the room's positions from the cursor, which sits near the head.)
+  settled := cur.position;
   IF scope IS NULL THEN
-    SELECT m.* INTO hit FROM mycelium.messages m
-    WHERE m.room = p_room AND m.position > cur.position AND m.wakes @> ARRAY[h]
-      AND NOT EXISTS (SELECT 1 FROM mycelium.early_deliveries d
-                      WHERE d.room = p_room AND d.handle = h AND d.position = m.position)
-    ORDER BY m.position LIMIT 1;
+    SELECT ARRAY(SELECT m.position FROM mycelium.messages m
+                 WHERE m.room = p_room AND m.position > cur.position AND m.wakes @> ARRAY[h]
+                   AND NOT EXISTS (SELECT 1 FROM mycelium.early_deliveries d
+                                   WHERE d.room = p_room AND d.handle = h AND d.position = m.position)
+                 ORDER BY m.position LIMIT 2),
+           (SELECT last FROM mycelium.message_positions WHERE room = p_room)
+      INTO pending, head;
+    IF pending[1] IS NOT NULL THEN
+      SELECT * INTO hit FROM mycelium.messages WHERE room = p_room AND position = pending[1];
+      settled := hit.position;
+    END IF;
+    next_pending := pending[2];
   ELSE
     SELECT m.* INTO hit FROM mycelium.messages m
     WHERE m.room = p_room AND m.episode = scope AND m.position > cur.position AND m.wakes @> ARRAY[h]
       AND NOT EXISTS (SELECT 1 FROM mycelium.early_deliveries d
                       WHERE d.room = p_room AND d.handle = h AND d.position = m.position)
     ORDER BY m.position LIMIT 1;
+    IF hit.id IS NOT NULL THEN
+      INSERT INTO mycelium.early_deliveries (room, handle, position) VALUES (p_room, h, hit.position);
+    END IF;
+    SELECT (SELECT m.position FROM mycelium.messages m
+            WHERE m.room = p_room AND m.position > settled AND m.wakes @> ARRAY[h]
+              AND NOT EXISTS (SELECT 1 FROM mycelium.early_deliveries d
+                              WHERE d.room = p_room AND d.handle = h AND d.position = m.position)
+            ORDER BY m.position LIMIT 1),
+           (SELECT last FROM mycelium.message_positions WHERE room = p_room)
+      INTO next_pending, head;
   END IF;
-  -- Everything up to `settled` is delivered or not for the handle: a room-wide hit is the first
-  -- pending message, so it settles what lies below it; a thread's hit is recorded as delivered early.
-  settled := cur.position;
   IF hit.id IS NULL THEN
     PERFORM set_config('synchronous_commit', 'off', true);
-  ELSIF scope IS NULL THEN
-    settled := hit.position;
-  ELSE
-    INSERT INTO mycelium.early_deliveries (room, handle, position) VALUES (p_room, h, hit.position);
   END IF;
-
-  -- The first message still pending for the handle, and the head, read in one snapshot: the
-  -- cursor may move up to just before the first, or to the head when nothing is pending.
-  SELECT (SELECT min(m.position) FROM mycelium.messages m
-          WHERE m.room = p_room AND m.position > settled AND m.wakes @> ARRAY[h]
-            AND NOT EXISTS (SELECT 1 FROM mycelium.early_deliveries d
-                            WHERE d.room = p_room AND d.handle = h AND d.position = m.position)),
-         (SELECT last FROM mycelium.message_positions WHERE room = p_room)
-    INTO next_pending, head;
   new_position := greatest(settled, coalesce(next_pending - 1, head, settled));
   -- For the caller, in the same statement: '<more pending> <seconds the presence lease still runs>'.
   -- A hub that knows nothing else waits for the handle, and that its presence holds, may let the
@@ -191,7 +201,8 @@ COMMENT ON FUNCTION mycelium.take_next IS
 -- the waking message was, it answers that message (parent) and its sender (recipient).
 CREATE FUNCTION mycelium.reply(
   p_room text, p_handle text, p_text text, p_data jsonb DEFAULT NULL, p_episode text DEFAULT NULL
-) RETURNS mycelium.messages LANGUAGE plpgsql AS $$
+) RETURNS mycelium.messages LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   h text := mycelium.require_handle(p_handle);
   ep text := mycelium.episode_ref(p_room, p_episode);
