@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from types import FrameType
 
 from mycelium.hub import Hub
-from mycelium.settings import load_settings
+from mycelium.settings import Settings, load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -20,6 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--database-url", help="use this PostgreSQL (DATABASE_URL) instead of the embedded one")
     p.add_argument("--no-mirror", action="store_true", help="do not export the markdown mirror")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="hub processes serving this port (replicas on one database; default 1)")
     p.set_defaults(func=run)
 
 
@@ -53,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"mirror": False})
     settings.resolved_data_dir().mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if getattr(args, "workers", 1) > 1:
+        return _run_workers(settings, args.workers, args.log_level)
     app = create_app(settings, on_ready=lambda hub: _announce(hub, settings.host, settings.port))
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
                             lifespan="on", access_log=False,
@@ -61,6 +66,43 @@ def run(args: argparse.Namespace) -> int:
     server.run()
     return 0 if server.started else 1
 
+
+
+def _run_workers(settings: Settings, workers: int, log_level: str) -> int:
+    """Several hub processes on one port. They are replicas on one database like any others (every
+    rule and every lock is the database's; each process has its own pool and its one listener), so
+    a machine with more cores than one Python process can use serves more. The parent migrates once
+    and, without a database URL, keeps the embedded server up; each worker builds its own app."""
+    import uvicorn
+
+    from mycelium.db.embedded import EmbeddedPostgres
+    from mycelium.db.migrate import upgrade
+
+    embedded = None
+    dsn = settings.database_url
+    if not dsn:
+        embedded = EmbeddedPostgres(settings.resolved_data_dir())
+        dsn = embedded.attach()
+    try:
+        if settings.migrate_on_start:
+            upgrade(dsn)
+        os.environ.update({
+            "MYCELIUM_DATABASE_URL": dsn, "MYCELIUM_MIGRATE_ON_START": "false",
+            "MYCELIUM_DATA_DIR": str(settings.resolved_data_dir()),
+            "MYCELIUM_MIRROR": str(settings.mirror).lower(),
+            "MYCELIUM_HOST": settings.host, "MYCELIUM_PORT": str(settings.port),
+        })
+        print(f"mycelium hub on http://{settings.host}:{settings.port}  ({workers} worker processes; "
+              f"health: http://{settings.host}:{settings.port}/health)", flush=True)
+        if embedded is not None:
+            print(f"embedded PostgreSQL in {embedded.pgdata}", flush=True)
+        uvicorn.run("mycelium.api.app:create_app", factory=True, host=settings.host, port=settings.port,
+                    workers=workers, log_level=log_level, lifespan="on", access_log=False,
+                    timeout_graceful_shutdown=5)
+    finally:
+        if embedded is not None:
+            embedded.detach()
+    return 0
 
 if __name__ == "__main__":
     sys.exit(run(argparse.Namespace()))
