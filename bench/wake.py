@@ -49,6 +49,41 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stat(pid: int) -> list[str]:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2:].split()  # fields from the 3rd (state) on
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds used so far by process ``root`` and every descendant, including children that
+    have exited and been reaped (a PostgreSQL backend that ended is counted by its postmaster)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int(_proc_stat(int(entry.name))[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            fields = _proc_stat(pid)
+        except OSError:
+            continue
+        total += sum(int(x) for x in fields[11:15 if pid == root else 13]) / _TICK
+        todo.extend(child for child, parent in parents.items() if parent == pid)
+    return total
+
+
+def own_cpu() -> float:
+    usage = os.times()
+    return usage.user + usage.system
+
+
 class Http:
     """One keep-alive HTTP/1.1 connection: a request at a time, JSON in and out."""
 
@@ -112,7 +147,8 @@ async def offer(rate: float, seconds: float, send: Callable[[int], Awaitable[Non
 
 
 async def wake_run(url: str, conn: asyncpg.Pool, rate: float, seconds: float, agents: int,
-                   via_sql: bool, tag: str, rooms: int = 1) -> dict[str, float]:
+                   via_sql: bool, tag: str, rooms: int = 1,
+                   cpu_roots: tuple[int | None, int | None] = (None, None)) -> dict[str, float]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     # agent i waits in room i % rooms; message i goes to agent i % agents
@@ -156,14 +192,19 @@ async def wake_run(url: str, conn: asyncpg.Pool, rate: float, seconds: float, ag
         post_times.append(time.perf_counter() - sent[content])
         assert status == 201, body
 
+    hub_pid, pg_pid = cpu_roots
+    before = (tree_cpu(hub_pid) if hub_pid else 0.0, tree_cpu(pg_pid) if pg_pid else 0.0, own_cpu())
     achieved = await offer(rate, seconds, send)
     await asyncio.wait_for(all_in.wait(), timeout=60)
+    after = (tree_cpu(hub_pid) if hub_pid else 0.0, tree_cpu(pg_pid) if pg_pid else 0.0, own_cpu())
     stop = True
     for w in waiting:
         w.cancel()
     await asyncio.gather(*waiting, return_exceptions=True)
+    per_message = [(b - a) * 1000 / max(len(latencies), 1) for a, b in zip(before, after, strict=True)]
     return {"p50": pct(latencies, 0.50) * 1000, "p99": pct(latencies, 0.99) * 1000, "rate": achieved,
-            "n": len(latencies), "post_p50": pct(post_times, 0.5) * 1000 if post_times else 0.0}
+            "n": len(latencies), "post_p50": pct(post_times, 0.5) * 1000 if post_times else 0.0,
+            "cpu_hub": per_message[0], "cpu_pg": per_message[1], "cpu_client": per_message[2]}
 
 
 async def notify_run(dsn: str, rate: float, seconds: float) -> dict[str, float]:
@@ -213,8 +254,10 @@ async def run(args: argparse.Namespace) -> None:
     for i in range(max(args.spread, 1)):
         await conn.execute("SELECT mycelium.create_room($1)", room_name(i))
     hub = HubProcess(data_dir=Path(tempfile.mkdtemp(prefix="mycelium-bench-hub-")) / "data", database_url=dsn,
-                     extra=["--no-mirror", "--log-level", "warning"],
+                     extra=["--no-mirror", "--log-level", "warning", "--workers", str(args.workers)],
                      env={"MYCELIUM_POOL_MAX_SIZE": "20", "MYCELIUM_POOL_MIN_SIZE": "10"})
+    postmaster = (int((server.pgdata / "postmaster.pid").read_text().split()[0])
+                  if server is not None else None)
     paths: list[tuple[str, str, int]] = [
         ("LISTEN/NOTIFY round trip (the limit)", "notify", 1),
         ("POST /messages -> await returns, one room", "http", 1),
@@ -235,17 +278,25 @@ async def run(args: argparse.Namespace) -> None:
                         outcome = await notify_run(dsn, rate, args.seconds)
                     else:
                         outcome = await wake_run(hub.url, conn, rate, args.seconds, args.agents, path == "sql",
-                                                 tag, rooms)
+                                                 tag, rooms, (hub.proc.pid, postmaster))
                     results.setdefault((path, rooms, rate), []).append(outcome)
                     loads.append(os.getloadavg()[0])
                     print(f"run {run_no + 1} {path:>6} x{rooms} {rate:>6.0f}/s  p50 {outcome['p50']:8.2f} ms  "
                           f"p99 {outcome['p99']:8.2f} ms  achieved {outcome['rate']:7.1f}/s  "
-                          f"(POST p50 {outcome.get('post_p50', 0):.2f} ms)", flush=True)
+                          f"(POST p50 {outcome.get('post_p50', 0):.2f} ms; CPU ms/message hub "
+                          f"{outcome.get('cpu_hub', 0):.2f} pg {outcome.get('cpu_pg', 0):.2f} "
+                          f"client {outcome.get('cpu_client', 0):.2f})", flush=True)
     finally:
         hub.stop()
         await conn.close()
         if server is not None:
             server.detach()
+
+    def cpu(runs: list[dict[str, float]]) -> str:
+        if "cpu_hub" not in runs[0] or postmaster is None:
+            return ""
+        parts = [statistics.median(r[k] for r in runs) for k in ("cpu_hub", "cpu_pg", "cpu_client")]
+        return f"{sum(parts):.2f} ({parts[0]:.2f} / {parts[1]:.2f} / {parts[2]:.2f})"
 
     rows = []
     for rate in args.rates:
@@ -255,12 +306,17 @@ async def run(args: argparse.Namespace) -> None:
             rows.append([label, f"{rate:,.0f}/s", f"{achieved:,.0f}/s" + (" (saturated)" if achieved < 0.95 * rate else ""),
                          f"{statistics.median(r['p50'] for r in runs):.2f}",
                          f"{statistics.median(r['p99'] for r in runs):.2f}",
-                         " / ".join(f"{r['p99']:.1f}" for r in runs)])
+                         " / ".join(f"{r['p99']:.1f}" for r in runs), cpu(runs)])
+    budget = [r["cpu_hub"] + r["cpu_pg"] + r["cpu_client"]
+              for rate in args.rates for r in results[("http", 1, rate)] if postmaster is not None]
+    cores = os.cpu_count() or 1
+    hubs = "One hub process" if args.workers == 1 else f"One hub with {args.workers} worker processes"
     markdown = "\n".join([
         "## Wake latency: post -> await returns",
         "",
         f"`python bench/wake.py --seconds {args.seconds:g} --runs {args.runs} --agents {args.agents} "
-        f"--spread {args.spread}` ({stamp()}; {machine()}). One hub process (`mycelium up`, pool 20) on the "
+        f"--spread {args.spread} --workers {args.workers}` ({stamp()}; {machine()}). {hubs} "
+        "(`mycelium up`, pool 20 each) on the "
         f"embedded PostgreSQL (fsync on); {args.agents} agents each hold a long-poll `GET /await` and re-issue "
         "it on return; messages are offered open-loop on a fixed schedule, each a direct message to the next "
         "agent. Latency = from just before the POST is written to the await's response being read. Medians "
@@ -269,10 +325,20 @@ async def run(args: argparse.Namespace) -> None:
         f"engineers' test runs, so expect noise: the 1-minute load average during this run went from "
         f"{min(loads):.1f} to {max(loads):.1f} (median {statistics.median(loads):.1f}).",
         "",
-        table(["path", "offered", "achieved", "p50 ms", "p99 ms", "p99 per run ms"], rows),
+        table(["path", "offered", "achieved", "p50 ms", "p99 ms", "p99 per run ms",
+               "CPU ms per message (hub / PostgreSQL / client)"], rows),
         "",
         "Targets: p50 <= 5 ms and p99 <= 25 ms at 100/s; p99 <= 50 ms at 1,000/s (HTTP rows). A saturated row "
         "could not take the offered rate: its latency is queueing time and grows with the run's length.",
+        "",
+        "CPU per message: CPU time the hub process(es), the PostgreSQL server (every backend, the WAL writer, "
+        "...) and this client used during the row, divided by the messages delivered; every message costs a "
+        "POST, an await response and the re-issued await in the hub, an insert and one or two looks at the "
+        "inbox in PostgreSQL, and the client's own share."
+        + (f" Over the one-room HTTP rows the median is {statistics.median(budget):.2f} ms, so the machine's "
+           f"{cores} cores, with nothing else running, could carry at most ~{cores * 1000 / statistics.median(budget):,.0f}"
+           " messages/s through this path; a p99 within 50 ms needs the cores well short of full."
+           if budget else ""),
     ])
     print(markdown)
     if args.write:
@@ -286,6 +352,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--agents", type=int, default=64)
     p.add_argument("--spread", type=int, default=8, help="also run the HTTP path over this many rooms")
+    p.add_argument("--workers", type=int, default=1, help="hub worker processes (`mycelium up --workers`)")
     p.add_argument("--no-write", dest="write", action="store_false", help="do not update BENCHMARKS.md")
     asyncio.run(main_async(p.parse_args()))
 
