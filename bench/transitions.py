@@ -291,6 +291,7 @@ def peer_cycles(python: Path, dsn: str, kind: str, per_worker: int) -> float:
         capture_output=True,
         text=True,
         cwd=tempfile.gettempdir(),
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},  # upstream's package, never ours
         timeout=1800,
     )
     if done.returncode != 0:

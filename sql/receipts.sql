@@ -22,7 +22,7 @@ CREATE DOMAIN mycelium.receipt_seq AS bigint CHECK (VALUE >= 1);
 
 CREATE TABLE mycelium.receipts (
   id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  receipt_id text NOT NULL CONSTRAINT receipt_id_is_rcpt_id CHECK (receipt_id = 'rcpt-' || id),
+  receipt_id text NOT NULL CONSTRAINT receipt_id_is_rcpt_id CHECK (receipt_id = 'rcpt-' || id::text),
   agent_id text NOT NULL,
   seq mycelium.receipt_seq NOT NULL,
   kind mycelium.receipt_kind NOT NULL,
@@ -145,7 +145,7 @@ DECLARE
   after_seq text;
 BEGIN
   NEW.recorded_at := now();
-  NEW.receipt_id := 'rcpt-' || NEW.id;
+  NEW.receipt_id := 'rcpt-' || NEW.id::text;
   before_seq := mycelium.receipt_preimage_before_seq(NEW);
   after_seq := mycelium.receipt_preimage_after_seq(NEW);
   -- One statement takes the agent's head row (the chain's lock: appends to one chain happen one at

@@ -253,7 +253,7 @@ BEGIN
   -- trigger transitions_receipt (receipts.sql) appends it once the row is written
   IF (NEW.terminal_outcome <> 'IN_FLIGHT' AND NEW.terminal_outcome <> OLD.terminal_outcome)
      OR (NEW.operator_resolution IS NOT NULL AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution) THEN
-    NEW.receipt_ref := 'rcpt-' || nextval('mycelium.receipts_id_seq');
+    NEW.receipt_ref := 'rcpt-' || nextval('mycelium.receipts_id_seq')::text;
   ELSIF NEW.fence = OLD.fence THEN
     NEW.receipt_ref := OLD.receipt_ref;
   END IF;
