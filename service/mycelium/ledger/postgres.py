@@ -1,7 +1,7 @@
-"""The ledger on the hub's PostgreSQL, directly: an asyncpg pool calling the SQL verbs.
+"""The ledger on the hub's PostgreSQL, directly: asyncpg connections calling the SQL verbs.
 
-One pool per event loop (asyncpg connections belong to the loop that made them): async tools use
-their own loop's pool; sync tools go through a private loop thread and its pool.
+One connection set per event loop (asyncpg connections belong to the loop that made them): async
+tools use their own loop's; sync tools go through a private loop thread and its set.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import msgspec
 from mycelium.db.queries import q
 from mycelium.errors import refusal_from_db
 from mycelium.ledger.bridge import LoopThread
+from mycelium.ledger.connections import ConnectionSet
 from mycelium.ledger.errors import LedgerError, LedgerStorageUnavailableError, ledger_error
 from mycelium.ledger.record import Claim, ClaimRequest, Transition
 
@@ -28,12 +29,6 @@ _encode = msgspec.json.Encoder(enc_hook=str).encode
 
 def _encode_json(value: Any) -> str:
     return _encode(value).decode()
-
-
-async def _keep_session(_conn: asyncpg.Connection) -> None:
-    """A released connection keeps its session: the store sets nothing on it but codecs and its role,
-    the verbs' settings are transaction-local, and an open transaction is still rolled back by the
-    pool. asyncpg's default reset would add a round trip to every verb call."""
 
 
 def translate(exc: BaseException) -> LedgerError:
@@ -59,8 +54,8 @@ class PostgresLedgerStorage:
     ) -> None:
         self.dsn = dsn
         self._min, self._max, self._role, self._timeout = min_size, max_size, role, command_timeout
-        self._pools: dict[asyncio.AbstractEventLoop, asyncpg.Pool] = {}
-        self._pool_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+        self._conns: dict[asyncio.AbstractEventLoop, ConnectionSet] = {}
+        self._conn_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
         self._guard = threading.Lock()
         self._bridge = LoopThread("mycelium-ledger-pg")
 
@@ -80,35 +75,39 @@ class PostgresLedgerStorage:
             if allowed:
                 await conn.execute(f'SET ROLE "{self._role}"')
 
-    async def pool(self) -> asyncpg.Pool:
+    async def _open(self) -> asyncpg.Connection:
+        conn = await asyncpg.connect(self.dsn, command_timeout=self._timeout)
+        try:
+            await self._init(conn)
+        except BaseException:
+            conn.terminate()
+            raise
+        return conn
+
+    async def connections(self) -> ConnectionSet:
+        """This event loop's connections (asyncpg connections belong to the loop that opened them)."""
         loop = asyncio.get_running_loop()
-        pool = self._pools.get(loop)
-        if pool is not None:
-            return pool
+        conns = self._conns.get(loop)
+        if conns is not None:
+            return conns
         with self._guard:
-            lock = self._pool_locks.setdefault(loop, asyncio.Lock())
+            lock = self._conn_locks.setdefault(loop, asyncio.Lock())
         async with lock:
-            pool = self._pools.get(loop)
-            if pool is None:
+            conns = self._conns.get(loop)
+            if conns is None:
+                conns = ConnectionSet(self._open, self._max)
                 try:
-                    pool = await asyncpg.create_pool(
-                        self.dsn,
-                        min_size=self._min,
-                        max_size=self._max,
-                        init=self._init,
-                        reset=_keep_session,
-                        command_timeout=self._timeout,
-                    )
+                    await conns.fill(self._min)
                 except Exception as exc:
+                    await conns.close()
                     raise translate(exc) from exc
-                assert pool is not None
-                self._pools[loop] = pool
-        return pool
+                self._conns[loop] = conns
+        return conns
 
     async def _row(self, query: str, *args: Any) -> Any:
-        pool = await self.pool()
+        conns = await self.connections()
         try:
-            return await pool.fetchrow(q(query), *args)
+            return await conns.fetchrow(q(query), *args)
         except LedgerError:
             raise
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, ConnectionError, TimeoutError) as exc:
@@ -179,16 +178,16 @@ class PostgresLedgerStorage:
         return self._bridge.submit(coro)
 
     async def aclose(self) -> None:
-        """Close the pool of the running loop."""
-        pool = self._pools.pop(asyncio.get_running_loop(), None)
-        if pool is not None:
-            await pool.close()
+        """Close the connections of the running loop."""
+        conns = self._conns.pop(asyncio.get_running_loop(), None)
+        if conns is not None:
+            await conns.close()
 
     def close(self) -> None:
-        """Close the sync bridge's pool and stop its thread (pools of other loops close with them)."""
+        """Close the sync bridge's connections and stop its thread (other loops' close with them)."""
         if self._bridge.in_loop():
             return
         bridge_loop = self._bridge.started_loop
-        if bridge_loop is not None and bridge_loop in self._pools:
+        if bridge_loop is not None and bridge_loop in self._conns:
             self._bridge.run(self.aclose())
         self._bridge.stop()
