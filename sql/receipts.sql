@@ -148,8 +148,11 @@ BEGIN
   NEW.receipt_id := 'rcpt-' || NEW.id::text;
   before_seq := mycelium.receipt_preimage_before_seq(NEW);
   after_seq := mycelium.receipt_preimage_after_seq(NEW);
-  -- One statement takes the agent's head row (the chain's lock: appends to one chain happen one at
-  -- a time, each after the previous one committed) and moves it on by this receipt.
+  -- The head row is the chain's lock: appends to one chain happen one at a time, each after the
+  -- previous one committed, and one statement moves the head on by this receipt. Appenders queue on
+  -- a transaction advisory lock first: a waiter then finds the head free, instead of waiting on the
+  -- row and re-evaluating its UPDATE (EvalPlanQual) while the chain is held.
+  PERFORM pg_advisory_xact_lock(hashtextextended('mycelium.receipt-chain:' || NEW.agent_id, 0));
   LOOP
     UPDATE mycelium.receipt_heads h SET
       seq = h.seq + 1,
