@@ -4,6 +4,8 @@ Measured on one database (embedded PostgreSQL, or DATABASE_URL), rounds interlea
 noise hits every variant alike; each figure is the median of the rounds:
 
 * raw SQL limit: one bare INSERT … ON CONFLICT plus one UPDATE per call, 8 connections, 8 tasks;
+  and the same with the UPDATE also moving one shared row (the shape of one agent's receipt chain:
+  every cycle's second commit waits for the previous one's);
 * the gate alone: ``mycelium.claim_transition`` + ``mycelium.complete`` called directly (8 conns),
   with receipts (always on), and once more with the receipt trigger switched off (bench database only)
   to show what the receipt chain costs;
@@ -13,6 +15,10 @@ noise hits every variant alike; each figure is the median of the rounds:
   binding (8 threads and 8 processes), installed by this script into bench/.peer-venv;
 * a redispatch storm: 10,000 dispatches of 100 distinct calls from 4 processes × 8 tasks, each
   call's body taking 20 ms; the side effects that actually ran are counted.
+
+With the embedded server, each variant is also reported as CPU per cycle: the server's (the postmaster
+and its children, from /proc) and this process's. It moves far less than throughput with other load on
+the machine, and 2 cores divided by it is the rate an idle machine would allow.
 
 ``python bench/transitions.py [--rounds 3] [--seconds 5] [--no-peer] [--no-write]``
 """
@@ -49,14 +55,74 @@ WORKERS = 8
 RAW_SETUP = """
 CREATE TABLE IF NOT EXISTS bench_raw (id text PRIMARY KEY, state text NOT NULL, owner text, fence int NOT NULL,
                                       lease_until timestamptz, result text);
+CREATE TABLE IF NOT EXISTS bench_chain (id int PRIMARY KEY, n bigint NOT NULL);
+INSERT INTO bench_chain VALUES (1, 0) ON CONFLICT DO NOTHING;
 """
 RAW_INSERT = (
     "INSERT INTO bench_raw (id, state, owner, fence, lease_until) "
     "VALUES ($1, 'IN_FLIGHT', $2, 1, now() + interval '60 s') ON CONFLICT DO NOTHING"
 )
 RAW_UPDATE = "UPDATE bench_raw SET state = 'COMPLETED', result = $2 WHERE id = $1 AND fence = 1"
+RAW_UPDATE_CHAIN = (
+    "WITH done AS (UPDATE bench_raw SET state = 'COMPLETED', result = $2 WHERE id = $1 AND fence = 1 RETURNING 1) "
+    "UPDATE bench_chain SET n = n + 1 WHERE id = 1"
+)
 VERB_CLAIM = "SELECT c.action FROM mycelium.claim_transition($1, $1, 'noop', $2, 'keyed_mutate', $3, 'v1') c"
 VERB_COMPLETE = "SELECT 1 FROM mycelium.complete($1, $2, 1, NULL)"
+
+
+class CpuProbe:
+    """CPU seconds of the embedded server and of this process, read around a variant's timed window.
+
+    The server's is its postmaster, the live children and the children it has reaped (a backend that
+    exits in the window is counted once, by its parent)."""
+
+    def __init__(self, postmaster: int | None) -> None:
+        self.postmaster = postmaster
+        self._at: tuple[float | None, float] = (None, 0.0)
+
+    def server_seconds(self) -> float | None:
+        if self.postmaster is None:
+            return None
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                pid = int(entry.name)
+                if pid != self.postmaster and int(fields[1]) != self.postmaster:
+                    continue
+                with open(f"/proc/{entry.name}/schedstat") as f:
+                    total += int(f.read().split()[0]) / 1e9
+                if pid == self.postmaster:
+                    total += (int(fields[13]) + int(fields[14])) / ticks  # reaped children
+            except (OSError, ValueError, IndexError):
+                continue
+        return total
+
+    def start(self) -> None:
+        self._at = (self.server_seconds(), time.process_time())
+
+    def per_cycle(self, cycles: int, client: bool = True) -> tuple[float | None, float | None]:
+        """Microseconds per cycle since start(): (server, this process or None)."""
+        server0, client0 = self._at
+        server1 = self.server_seconds()
+        if not cycles:
+            return None, None
+        server = None if server0 is None or server1 is None else (server1 - server0) / cycles * 1e6
+        return server, (time.process_time() - client0) / cycles * 1e6 if client else None
+
+
+PROBE = CpuProbe(None)
+CPU: dict[str, list[tuple[float | None, float | None]]] = {}
+
+
+def measured(key: str, rate: float, cpu: tuple[float | None, float | None]) -> float:
+    CPU.setdefault(key, []).append(cpu)
+    return rate
 
 
 def with_database(dsn: str, name: str) -> str:
@@ -67,9 +133,10 @@ def with_database(dsn: str, name: str) -> str:
 # -- the variants ----------------------------------------------------------------------------------
 
 
-async def sql_cycles(dsn: str, kind: str, seconds: float, agents: int = 1) -> float:
-    """kind raw: the two bare statements; kind gate: the two verbs. ``agents``: how many receipt chains
-    the 8 workers append to (1: all on one agent's chain, the worst case)."""
+async def sql_cycles(dsn: str, kind: str, seconds: float, agents: int = 1) -> tuple[float, tuple]:
+    """kind raw: the two bare statements; raw_chain: the same, the UPDATE also moving one shared row;
+    kind gate: the two verbs. ``agents``: how many receipt chains the 8 workers append to (1: all on
+    one agent's chain, the worst case)."""
     pool = await asyncpg.create_pool(dsn, min_size=WORKERS, max_size=WORKERS)
     tag = uuid.uuid4().hex[:10]
     counts = [0] * WORKERS
@@ -81,9 +148,9 @@ async def sql_cycles(dsn: str, kind: str, seconds: float, agents: int = 1) -> fl
         while time.perf_counter() < deadline:
             rid = f"{tag}-{k}-{i}"
             async with pool.acquire() as conn:
-                if kind == "raw":
+                if kind.startswith("raw"):
                     await conn.execute(RAW_INSERT, rid, "w")
-                    await conn.execute(RAW_UPDATE, rid, "ok")
+                    await conn.execute(RAW_UPDATE if kind == "raw" else RAW_UPDATE_CHAIN, rid, "ok")
                 else:
                     await conn.fetchval(VERB_CLAIM, rid, "bench:1", f"bench-{k % agents}")
                     await conn.fetchval(VERB_COMPLETE, rid, "bench:1")
@@ -92,15 +159,17 @@ async def sql_cycles(dsn: str, kind: str, seconds: float, agents: int = 1) -> fl
 
     tasks = [asyncio.create_task(worker(k)) for k in range(WORKERS)]
     await asyncio.sleep(0.1)
+    PROBE.start()
     t0 = time.perf_counter()
     start.set()
     await asyncio.gather(*tasks)
     rate = sum(counts) / (time.perf_counter() - t0)
+    cpu = PROBE.per_cycle(sum(counts))
     await pool.close()
-    return rate
+    return rate, cpu
 
 
-async def sdk_async_cycles(dsn: str, seconds: float) -> float:
+async def sdk_async_cycles(dsn: str, seconds: float) -> tuple[float, tuple]:
     from mycelium import ActionLedger, PostgresLedgerStorage, SideEffectClass, ToolTransitionBinding, ledger
 
     store = PostgresLedgerStorage(dsn, min_size=WORKERS, max_size=WORKERS)
@@ -121,14 +190,16 @@ async def sdk_async_cycles(dsn: str, seconds: float) -> float:
             i += 1
         counts[k] = i
 
+    PROBE.start()
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(k) for k in range(WORKERS)))
     rate = sum(counts) / (time.perf_counter() - t0)
+    cpu = PROBE.per_cycle(sum(counts))
     await store.aclose()
-    return rate
+    return rate, cpu
 
 
-def sdk_thread_cycles(dsn: str, seconds: float) -> float:
+def sdk_thread_cycles(dsn: str, seconds: float) -> tuple[float, tuple]:
     from mycelium import (
         ActionLedger,
         PostgresLedgerStorage,
@@ -160,13 +231,15 @@ def sdk_thread_cycles(dsn: str, seconds: float) -> float:
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(WORKERS)]
     for t in threads:
         t.start()
+    PROBE.start()
     barrier.wait()
     t0 = time.perf_counter()
     for t in threads:
         t.join()
     rate = sum(counts) / (time.perf_counter() - t0)
+    cpu = PROBE.per_cycle(sum(counts))
     store.close()
-    return rate
+    return rate, cpu
 
 
 async def sdk_worker(dsn: str, tag: str, start_at: float, seconds: float) -> int:
@@ -191,7 +264,7 @@ async def sdk_worker(dsn: str, tag: str, start_at: float, seconds: float) -> int
     return i
 
 
-def sdk_process_cycles(dsn: str, seconds: float) -> float:
+def sdk_process_cycles(dsn: str, seconds: float) -> tuple[float, tuple]:
     tag, start_at = uuid.uuid4().hex[:8], time.time() + 4.0
     procs = [
         subprocess.Popen(
@@ -201,8 +274,10 @@ def sdk_process_cycles(dsn: str, seconds: float) -> float:
         )
         for k in range(WORKERS)
     ]
+    time.sleep(max(0.0, start_at - time.time()))
+    PROBE.start()
     counts = [int(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
-    return sum(counts) / seconds
+    return sum(counts) / seconds, PROBE.per_cycle(sum(counts), client=False)
 
 
 # -- upstream, in its own virtual environment ------------------------------------------------------
@@ -283,9 +358,11 @@ def ensure_peer() -> Path | None:
     return python
 
 
-def peer_cycles(python: Path, dsn: str, kind: str, per_worker: int) -> float:
+def peer_cycles(python: Path, dsn: str, kind: str, per_worker: int) -> tuple[float, tuple]:
+    """Upstream's run; its server CPU covers the whole run, start-up and warm-up calls included."""
     script = HERE / ".peer-venv" / "peer_bench.py"
     script.write_text(PEER_SCRIPT)
+    PROBE.start()
     done = subprocess.run(
         [str(python), str(script), dsn, kind, str(WORKERS), str(per_worker)],
         capture_output=True,
@@ -296,7 +373,8 @@ def peer_cycles(python: Path, dsn: str, kind: str, per_worker: int) -> float:
     )
     if done.returncode != 0:
         raise RuntimeError(f"peer run failed:\n{done.stderr[-3000:]}")
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["rate"])
+    cpu = PROBE.per_cycle(WORKERS * per_worker, client=False)
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["rate"]), cpu
 
 
 # -- the redispatch storm --------------------------------------------------------------------------
@@ -428,38 +506,33 @@ def main() -> int:
 
         dsn = asyncio.run(prepare())
         migrate.upgrade(dsn)
+        global PROBE
+        PROBE = CpuProbe(server.postmaster_pid() if server is not None else None)
         peer = None if args.no_peer else ensure_peer()
 
-        results: dict[str, list[float]] = {
-            k: []
-            for k in (
-                "raw",
-                "gate",
-                "gate_no_receipts",
-                "gate_8_agents",
-                "sdk_async",
-                "sdk_threads",
-                "sdk_procs",
-                "peer_threads",
-                "peer_procs",
-            )
-        }
+        results: dict[str, list[float]] = {}
+        loads: list[float] = []
+
+        def record(key: str, outcome: tuple[float, tuple]) -> None:
+            results.setdefault(key, []).append(measured(key, *outcome))
+
         for r in range(args.rounds):
             print(f"round {r + 1}/{args.rounds}", flush=True)
-            results["raw"].append(asyncio.run(sql_cycles(dsn, "raw", args.seconds)))
-            results["gate"].append(asyncio.run(sql_cycles(dsn, "gate", args.seconds)))
-            results["gate_8_agents"].append(
-                asyncio.run(sql_cycles(dsn, "gate", args.seconds, agents=WORKERS))
-            )
+            loads.append(os.getloadavg()[0])
+            record("raw", asyncio.run(sql_cycles(dsn, "raw", args.seconds)))
+            record("raw_chain", asyncio.run(sql_cycles(dsn, "raw_chain", args.seconds)))
+            record("gate", asyncio.run(sql_cycles(dsn, "gate", args.seconds)))
+            record("gate_8_agents", asyncio.run(sql_cycles(dsn, "gate", args.seconds, agents=WORKERS)))
             asyncio.run(set_receipts(dsn, False))
-            results["gate_no_receipts"].append(asyncio.run(sql_cycles(dsn, "gate", args.seconds)))
+            record("gate_no_receipts", asyncio.run(sql_cycles(dsn, "gate", args.seconds)))
             asyncio.run(set_receipts(dsn, True))
-            results["sdk_async"].append(asyncio.run(sdk_async_cycles(dsn, args.seconds)))
-            results["sdk_threads"].append(sdk_thread_cycles(dsn, args.seconds))
-            results["sdk_procs"].append(sdk_process_cycles(dsn, args.seconds))
+            record("sdk_async", asyncio.run(sdk_async_cycles(dsn, args.seconds)))
+            record("sdk_threads", sdk_thread_cycles(dsn, args.seconds))
+            record("sdk_procs", sdk_process_cycles(dsn, args.seconds))
             if peer is not None:
-                results["peer_threads"].append(peer_cycles(peer, dsn, "thread", args.peer_per_worker))
-                results["peer_procs"].append(peer_cycles(peer, dsn, "process", args.peer_per_worker))
+                record("peer_threads", peer_cycles(peer, dsn, "thread", args.peer_per_worker))
+                record("peer_procs", peer_cycles(peer, dsn, "process", args.peer_per_worker))
+            loads.append(os.getloadavg()[0])
             print({k: round(v[-1]) for k, v in results.items() if v}, flush=True)
         print("redispatch storm ...", flush=True)
         st = storm(dsn)
@@ -476,70 +549,82 @@ def main() -> int:
     def ratio(x: float, of: float | None) -> str:
         return "–" if not of else f"{x / of:.2f}×"
 
+    def cpu(key: str) -> list[str]:
+        """Median server and client CPU per cycle, and the rate 2 idle cores would allow."""
+        server = [c[0] for c in CPU.get(key, []) if c[0] is not None]
+        client = [c[1] for c in CPU.get(key, []) if c[1] is not None]
+        if not server:
+            return ["–", "–"]
+        srv = statistics.median(server)
+        if not client:
+            return [f"{srv:,.0f} + –", "–"]
+        cl = statistics.median(client)
+        return [f"{srv:,.0f} + {cl:,.0f}", f"{2e6 / (srv + cl):,.0f}"]
+
+    def row(label: str, key: str, compared: str) -> list[str]:
+        return [label, f"{med[key]:,.0f}", runs[key], compared, *cpu(key)]
+
     rows = [
-        [
-            "raw SQL limit: INSERT … ON CONFLICT + UPDATE, 8 connections",
-            f"{med['raw']:,.0f}",
-            runs["raw"],
-            "1.00× (limit)",
-        ],
-        [
+        row("raw SQL limit: INSERT … ON CONFLICT + UPDATE, 8 connections", "raw", "1.00× (limit)"),
+        row(
+            "raw SQL limit of one chain: the same, the UPDATE also moving one shared row",
+            "raw_chain",
+            f"{med['raw_chain'] / med['raw']:.0%} of raw",
+        ),
+        row(
             "the gate alone: claim_transition + complete (receipts on)",
-            f"{med['gate']:,.0f}",
-            runs["gate"],
-            f"{med['gate'] / med['raw']:.0%} of raw",
-        ],
-        [
+            "gate",
+            f"{med['gate'] / med['raw']:.0%} of raw, {med['gate'] / med['raw_chain']:.0%} of one chain's",
+        ),
+        row(
             "the gate alone, receipts on, one agent per worker (8 chains)",
-            f"{med['gate_8_agents']:,.0f}",
-            runs["gate_8_agents"],
+            "gate_8_agents",
             f"{med['gate_8_agents'] / med['raw']:.0%} of raw",
-        ],
-        [
+        ),
+        row(
             "the gate alone, receipt trigger off (bench only)",
-            f"{med['gate_no_receipts']:,.0f}",
-            runs["gate_no_receipts"],
+            "gate_no_receipts",
             f"{med['gate_no_receipts'] / med['raw']:.0%} of raw",
-        ],
-        [
+        ),
+        row(
             "SDK @ledger (async, 8 tasks, receipts on)",
-            f"{med['sdk_async']:,.0f}",
-            runs["sdk_async"],
+            "sdk_async",
             ratio(med["sdk_async"], best_peer) + " upstream",
-        ],
-        [
+        ),
+        row(
             "SDK @ledger (8 processes, one task each, receipts on)",
-            f"{med['sdk_procs']:,.0f}",
-            runs["sdk_procs"],
+            "sdk_procs",
             ratio(med["sdk_procs"], best_peer) + " upstream",
-        ],
-        [
+        ),
+        row(
             "SDK @ledger_sync (8 threads, receipts on)",
-            f"{med['sdk_threads']:,.0f}",
-            runs["sdk_threads"],
+            "sdk_threads",
             ratio(med["sdk_threads"], best_peer) + " upstream",
-        ],
+        ),
     ]
     if best_peer:
         rows += [
-            [
+            row(
                 f"upstream mycelium-runtime {PEER_VERSION} PostgresLedgerStorage, @ledger_sync, 8 threads",
-                f"{med['peer_threads']:,.0f}",
-                runs["peer_threads"],
+                "peer_threads",
                 "–",
-            ],
-            [
-                f"upstream mycelium-runtime {PEER_VERSION}, @ledger_sync, 8 processes",
-                f"{med['peer_procs']:,.0f}",
-                runs["peer_procs"],
-                "–",
-            ],
+            ),
+            row(f"upstream mycelium-runtime {PEER_VERSION}, @ledger_sync, 8 processes", "peer_procs", "–"),
         ]
     storm_line = (
         f"Redispatch storm: {st['dispatches']:,} dispatches of {st['calls']} distinct calls "
         f"(4 processes × 8 tasks, each body 20 ms): **{st['ran']} side effects** for {st['calls']} calls "
         f"(duplicates: {st['ran'] - st['calls']}), {st['errors']} errors, {st['seconds']:.1f} s."
     )
+    load = f"{min(loads):.1f}–{max(loads):.1f}"
+    headers = [
+        "variant",
+        "cycles/s (median)",
+        "rounds",
+        "compared",
+        "CPU µs/cycle: server + client",
+        "2 idle cores allow",
+    ]
     md = f"""
 ## Transition ledger (`bench/transitions.py`)
 
@@ -547,16 +632,24 @@ def main() -> int:
 calls per worker) · median, then every round. Claim → complete cycles per second, each call a distinct key, a
 no-op KEYED_MUTATE tool.
 
-{table(["variant", "cycles/s (median)", "rounds", "compared"], rows)}
+{table(headers, rows)}
 
 Ours vs upstream (best of both sides): **{ratio(best_ours, best_peer)}**. {storm_line}
 
 All 8 workers of a variant act for one agent unless the row says otherwise: one agent's receipts form one
-hash chain, and appends to a chain are serialised (its head row stays locked until the commit), so one
-agent's throughput is bounded by its chain; separate agents append in parallel.
+hash chain, and appends to a chain are serialised (each waits for the previous append's commit), so one
+agent's throughput is bounded by its chain, like the one-chain raw limit, whose every second commit
+waits for the previous one; separate agents append in parallel.
 
-Noise: the 2 cores are shared with other engineers' test runs and benchmarks while this runs, so absolute
-figures move by tens of percent between rounds; the comparisons are within one round on the same database.
+CPU per cycle: the server's (postmaster and children, /proc) and the benchmark process's (none for the
+variants that run in other processes; upstream's server CPU covers its whole run, start-up included),
+median of the rounds; "2 idle cores allow" = 2 s of CPU per second / (server + client). CPU per cycle
+moves far less than throughput with whatever else runs on the machine (it still rises under contention:
+shared caches, lock waits), so it is the steadier figure to compare variants by.
+
+Noise: the 2 cores are shared with other engineers' test runs and benchmarks while this runs (1-minute
+load average {load} at the rounds' starts and ends), so absolute figures move by tens of percent between
+rounds; the comparisons are within one round on the same database.
 """
     print(md)
     if not args.no_write:
