@@ -29,7 +29,8 @@ def downgrade() -> None:
         SELECT array_agg(p.oid::regprocedure::text) INTO sigs FROM pg_proc p
         WHERE p.pronamespace = 'mycelium'::regnamespace AND p.proname = ANY (ARRAY[
           'side_effect_class', 'default_retry_permission', 'default_spendability', 'capability_floor',
-          'boundary_rank', 'transition_consistent', 'transition_verb', 'transitions_guard', 'transitions_no_truncate',
+          'boundary_rank', 'transition_consistent', 'transition_verb', 'transitions_guard',
+          'transitions_no_truncate',
           'transition_state', 'transition_gate', 'claim_action', 'transition_detail', 'transition_lost',
           'lease_end', 'claim_transition', 'renew_lease', 'advance_boundary', 'record_external_operation',
           'complete', 'fail', 'mark_outcome', 'mark_unknown', 'mark_blocked', 'repair',
@@ -44,12 +45,13 @@ def downgrade() -> None:
       $drop$;
       DROP VIEW IF EXISTS mycelium.receipt_export, mycelium.reconciled_transitions,
         mycelium.hard_blocks_awaiting_human, mycelium.side_effects_per_tool_per_day;
-      DROP TABLE IF EXISTS mycelium.receipts_signed_through, mycelium.receipt_signatures, mycelium.receipt_keys,
-        mycelium.receipt_heads, mycelium.receipts, mycelium.transitions CASCADE;
+      DROP TABLE IF EXISTS mycelium.receipts_signed_through, mycelium.receipt_signatures,
+        mycelium.receipt_keys, mycelium.receipt_heads, mycelium.receipts, mycelium.transitions CASCADE;
       DROP TYPE IF EXISTS mycelium.claim CASCADE;
       DROP DOMAIN IF EXISTS mycelium.receipt_kind, mycelium.receipt_seq, mycelium.transition_kind,
         mycelium.effect_class, mycelium.spendability, mycelium.retry_permission, mycelium.capability,
-        mycelium.effect_boundary, mycelium.transition_outcome, mycelium.effect_phase, mycelium.reconcile_status,
+        mycelium.effect_boundary, mycelium.transition_outcome, mycelium.effect_phase,
+        mycelium.reconcile_status,
         mycelium.operator_resolution, mycelium.request_key, mycelium.ledger_name, mycelium.ledger_label,
         mycelium.provider_ref, mycelium.json_object, mycelium.fence_token, mycelium.attempt_count,
         mycelium.key_ttl;
