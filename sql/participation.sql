@@ -114,6 +114,7 @@ DECLARE
   hit mycelium.messages;
   settled bigint;
   pending bigint[];
+  scanned bigint;
   next_pending bigint;
   head bigint;
   new_position bigint;
@@ -134,22 +135,34 @@ BEGIN
   -- Everything up to `settled` is delivered or not for the handle: a room-wide hit is the first
   -- pending message, so it settles what lies below it; a thread's hit is recorded as delivered early.
   -- The message still pending after that, and the head, are read in one snapshot: the cursor may
-  -- move up to just before that message, or to the head when nothing is pending. (Each look is an
-  -- ordered scan of the room's positions from the cursor, which sits near the head.)
+  -- move up to just before that message, or to the head when nothing is pending.
   settled := cur.position;
   IF scope IS NULL THEN
-    SELECT ARRAY(SELECT m.position FROM mycelium.messages m
-                 WHERE m.room = p_room AND m.position > cur.position AND m.wakes @> ARRAY[h]
-                   AND NOT EXISTS (SELECT 1 FROM mycelium.early_deliveries d
-                                   WHERE d.room = p_room AND d.handle = h AND d.position = m.position)
-                 ORDER BY m.position LIMIT 2),
-           (SELECT last FROM mycelium.message_positions WHERE room = p_room)
-      INTO pending, head;
-    IF pending[1] IS NOT NULL THEN
-      SELECT * INTO hit FROM mycelium.messages WHERE room = p_room AND position = pending[1];
-      settled := hit.position;
-    END IF;
-    next_pending := pending[2];
+    -- Look through a window of at most 256 positions at a time, whatever plan the statistics of
+    -- the moment suggest (a scan that reads the whole backlog to sort it would make every look cost
+    -- as much as the backlog is long). Each window is read with the head in one snapshot; the cursor
+    -- never moves past the end of what was read.
+    scanned := cur.position;
+    LOOP
+      SELECT ARRAY(SELECT m.position FROM mycelium.messages m
+                   WHERE m.room = p_room AND m.position > scanned AND m.position <= scanned + 256
+                     AND m.wakes @> ARRAY[h]
+                     AND NOT EXISTS (SELECT 1 FROM mycelium.early_deliveries d
+                                     WHERE d.room = p_room AND d.handle = h AND d.position = m.position)
+                   ORDER BY m.position LIMIT 2),
+             (SELECT last FROM mycelium.message_positions WHERE room = p_room)
+        INTO pending, head;
+      scanned := least(scanned + 256, greatest(coalesce(head, 0), scanned));
+      IF pending[1] IS NOT NULL THEN
+        SELECT * INTO hit FROM mycelium.messages WHERE room = p_room AND position = pending[1];
+        settled := hit.position;
+        -- the next one pending, or, when the window ended before the head, the first unread position
+        next_pending := coalesce(pending[2], CASE WHEN scanned < head THEN scanned + 1 END);
+        EXIT;
+      END IF;
+      settled := scanned;  -- nothing for the handle up to here
+      EXIT WHEN scanned >= coalesce(head, 0);
+    END LOOP;
   ELSE
     SELECT m.* INTO hit FROM mycelium.messages m
     WHERE m.room = p_room AND m.episode = scope AND m.position > cur.position AND m.wakes @> ARRAY[h]

@@ -219,3 +219,24 @@ async def test_reply_refuses_bad_input(client, task):
                          ({"handle": "api", "text": "x", "episode": "nosuchthread"}, 404)):
         r = await client.post("/api/rooms/atlas/reply", json=body)
         assert r.status_code == status, (body, r.text)
+
+
+async def test_a_message_far_behind_a_long_stretch_for_others_is_found_and_each_delivered_once(task, admin_conn):
+    take = "SELECT content FROM mycelium.take_next('atlas', 'bob')"
+    await admin_conn.fetchval(take)  # bob's inbox starts here
+    await admin_conn.execute(
+        "SELECT count(*) FROM (SELECT mycelium.post_message('atlas', 'julia', 'x' || i, NULL, ARRAY['carl'])"
+        " FROM generate_series(1, 700) i) s")
+    await send(admin_conn, "one", recipients=["bob"])
+    await admin_conn.execute(
+        "SELECT count(*) FROM (SELECT mycelium.post_message('atlas', 'julia', 'y' || i, NULL, ARRAY['carl'])"
+        " FROM generate_series(1, 600) i) s")
+    await send(admin_conn, "two", recipients=["bob"])
+    await send(admin_conn, "three", recipients=["bob"])
+    got = []
+    while (content := await admin_conn.fetchval(take)) is not None:
+        got.append(content)
+    assert got == ["one", "two", "three"]
+    head = await admin_conn.fetchval("SELECT last FROM mycelium.message_positions WHERE room = 'atlas'")
+    assert await admin_conn.fetchval(
+        "SELECT position FROM mycelium.delivery_cursors WHERE room = 'atlas' AND handle = 'bob'") == head
