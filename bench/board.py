@@ -149,6 +149,18 @@ async def notice_rate(pool: asyncpg.Pool, conn: asyncpg.Connection, prefix: str,
     return calls / (time.perf_counter() - start)
 
 
+async def serial_notice(conn: asyncpg.Connection, room: str, calls: int) -> float:
+    """Median seconds of a notice-only transaction on one connection, back to back (no queue)."""
+    await conn.execute("SELECT mycelium.create_room($1)", room)
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        await conn.fetchval("SELECT current_setting('mycelium.wake_hints', true)"
+                            " FROM mycelium.post_notice(mycelium.defer_wakes($1), 'claimed', 'work/x')", room)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 async def commit_floor(conn: asyncpg.Connection, calls: int) -> float:
     """Median seconds to commit a one-row INSERT on one connection (the WAL flush on this disk)."""
     await conn.execute("CREATE TABLE IF NOT EXISTS bench_commit (x integer)")
@@ -197,7 +209,7 @@ async def run(args: argparse.Namespace) -> None:
                      env={"MYCELIUM_POOL_MAX_SIZE": str(args.agents), "MYCELIUM_POOL_MIN_SIZE": "4"})
     layouts = [1, args.spread] if args.spread > 1 else [1]
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
-    floors: dict[str, list[float]] = {"sql": [], "http": [], "commit": []}
+    floors: dict[str, list[float]] = {"sql": [], "http": [], "commit": [], "serial": []}
     notices: dict[int, list[float]] = {}
     loads = [os.getloadavg()[0]]
     try:
@@ -269,6 +281,7 @@ async def run(args: argparse.Namespace) -> None:
             floors["sql"].append(await select1_rate(pool, args.agents, args.floor_calls))
             floors["http"].append(await read_rate(hub.url, read_path, args.agents, args.floor_calls))
             floors["commit"].append(await commit_floor(conn, 300))
+            floors["serial"].append(await serial_notice(conn, f"serial-{r}", 300))
     finally:
         hub.stop()
         await hints.stop()
@@ -297,6 +310,7 @@ async def run(args: argparse.Namespace) -> None:
         f"{rooms} room{'s' if rooms > 1 else ''}: {statistics.median(notices[rooms]):,.0f} notices/s "
         f"-> at most {statistics.median(notices[rooms]) / 2:,.0f} cycles/s" for rooms in layouts)
     commit_ms = statistics.median(floors["commit"]) * 1000
+    serial_ms = statistics.median(floors["serial"]) * 1000
     text = f"""## Board: claim -> resolve under contention
 
 `python bench/board.py` — {stamp()}; {machine()}; PostgreSQL 18 embedded (synchronous_commit on).
@@ -316,12 +330,13 @@ them, whose triggers NOTIFY inside the transaction (so their commits also queue 
 cluster-wide notify lock). HTTP: one hub process, {args.agents} keep-alive connections.
 
 The limits of this design, same run. A room's timeline positions are allocated under one counter
-row that stays locked until commit (gapless, commit-ordered positions), so one room's writers
-commit one after another, each waiting for the previous one's WAL flush: a one-row write commits
-in {commit_ms:.2f} ms on one connection here (median), so one room can take at most
-~{1000 / commit_ms:,.0f} transactions/s, and a cycle is two of them (~{500 / commit_ms:,.0f} cycles/s) before
-any work is done. Transactions that only append one notice ({args.agents} connections, median):
-{notice_floor}.
+row that stays locked until the commit (gapless, commit-ordered positions), so in one room every
+writer waits for the previous one to commit and release that row: one room's timeline takes one
+transaction at a time, and a cycle is two of them. Back to back on one connection a notice-only
+transaction takes {serial_ms:.2f} ms (~{1000 / serial_ms:,.0f}/s); with {args.agents} connections queueing on the row,
+each hand-off also waits for the next backend to get one of these 2 busy cores. Transactions that
+only append one notice ({args.agents} connections, median): {notice_floor}. (A one-row write commits in
+{commit_ms:.2f} ms here, so the WAL flush itself is not the bound.)
 
 Floor, same run (median): `SELECT 1` from {args.agents} pooled connections
 {statistics.median(floors["sql"]):,.0f} calls/s; a one-query read (`GET /assignments/<key>`) through
