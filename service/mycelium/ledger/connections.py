@@ -4,8 +4,9 @@ A ledgered call is two round trips (claim, complete), each on whichever connecti
 Pool spends about as much client CPU acquiring and releasing a connection (a task per release, and a
 reset query unless told otherwise) as the query itself costs; this set does neither. A connection goes
 back to the list only in a clean state: after the server refused a statement it is idle again (every
-verb is its own transaction); after anything else (a broken socket, a timeout, a cancellation in the
-middle of a query) it is closed, and the next call opens a fresh one.
+verb is its own transaction); after a refusal that ends the session (the backend was terminated, the
+server is shutting down) or anything else (a broken socket, a timeout, a cancellation in the middle of
+a query) it is closed, and the next call opens a fresh one.
 """
 
 from __future__ import annotations
@@ -15,6 +16,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
+
+# SQLSTATE classes that end the session rather than the statement: connection exceptions, operator
+# intervention (the backend was terminated, the server is shutting down) and internal errors.
+_SESSION_ENDING = ("08", "57", "XX")
+
+
+def _ends_session(exc: asyncpg.PostgresError) -> bool:
+    return str(getattr(exc, "sqlstate", "") or "").startswith(_SESSION_ENDING)
 
 
 class ConnectionSet:
@@ -36,8 +45,11 @@ class ConnectionSet:
                 conn = await self._connect()
             try:
                 row = await conn.fetchrow(query, *args)
-            except asyncpg.PostgresError:
-                self._put_back(conn)
+            except asyncpg.PostgresError as exc:
+                if _ends_session(exc):
+                    conn.terminate()
+                else:
+                    self._put_back(conn)
                 raise
             except BaseException:
                 conn.terminate()

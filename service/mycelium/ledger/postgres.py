@@ -110,7 +110,8 @@ class PostgresLedgerStorage:
             return await conns.fetchrow(q(query), *args)
         except LedgerError:
             raise
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, ConnectionError, TimeoutError) as exc:
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError,
+                ConnectionError, TimeoutError) as exc:
             raise translate(exc) from exc
 
     async def _transition(self, query: str, *args: Any) -> Transition:
