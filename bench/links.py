@@ -165,8 +165,8 @@ async def run(args: argparse.Namespace) -> None:
         "## Links parsed by the database (`bench/links.py`)",
         "",
         f"{stamp()} · {machine()} · {n:,} memories per variant, {args.repeats} repeats (medians), "
-        f"{args.calls - 10} timed calls per read. The machine's 2 cores were shared with other test runs "
-        f"(load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end), so expect noise.",
+        f"{args.calls - 10} timed calls per read. The 1-minute load average was {load_before:.1f} at the start "
+        f"and {os.getloadavg()[0]:.1f} at the end (2 cores; above ~1, other processes shared them).",
         "",
         writes,
         "",
