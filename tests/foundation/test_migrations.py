@@ -23,26 +23,16 @@ async def objects_in_schema(dsn: str) -> int:
         await conn.close()
 
 
-async def version(dsn: str) -> str | None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        if await conn.fetchval("SELECT to_regclass('public.alembic_version') IS NULL"):
-            return None
-        return await conn.fetchval("SELECT version_num FROM alembic_version")
-    finally:
-        await conn.close()
-
-
 async def test_a_blank_database_migrates_up_down_and_up_again(pg_server):
     name = await pg_server.create_database(template="template1")
     dsn = pg_server.dsn(name)
     try:
         await asyncio.to_thread(migrate.upgrade, dsn)
-        assert await version(dsn) == migrate.head_revision()
+        assert await migrate.current_revision(dsn) == migrate.head_revision()
         tables = await objects_in_schema(dsn)
         assert tables > 10
         await asyncio.to_thread(migrate.downgrade, dsn, "base")
-        assert await version(dsn) is None
+        assert await migrate.current_revision(dsn) is None
         assert await objects_in_schema(dsn) == 0
         await asyncio.to_thread(migrate.upgrade, dsn)
         assert await objects_in_schema(dsn) == tables
@@ -57,14 +47,14 @@ async def test_alembic_and_the_cli_migrate_too(pg_server):
     try:
         subprocess.run([sys.executable, "-m", "alembic", "upgrade", "head"], cwd=project_root(), env=env,
                        check=True, capture_output=True)
-        assert await version(dsn) == migrate.head_revision()
+        assert await migrate.current_revision(dsn) == migrate.head_revision()
         subprocess.run([sys.executable, "-m", "alembic", "downgrade", "base"], cwd=project_root(), env=env,
                        check=True, capture_output=True)
-        assert await version(dsn) is None
+        assert await migrate.current_revision(dsn) is None
         out = subprocess.run([sys.executable, "-m", "mycelium.cli.main", "db", "upgrade", "--database-url", dsn],
                              check=True, capture_output=True, text=True)
         assert "head" in out.stdout
-        assert await version(dsn) == migrate.head_revision()
+        assert await migrate.current_revision(dsn) == migrate.head_revision()
         out = subprocess.run([sys.executable, "-m", "mycelium.cli.main", "db", "current", "--database-url", dsn],
                              check=True, capture_output=True, text=True)
         assert out.stdout.strip() == migrate.head_revision()

@@ -71,19 +71,10 @@ def _downgrade(args: argparse.Namespace) -> int:
 def _current(args: argparse.Namespace) -> int:
     import asyncio
 
-    import asyncpg
-
-    async def read(dsn: str) -> str | None:
-        conn = await asyncpg.connect(dsn)
-        try:
-            if await conn.fetchval("SELECT to_regclass('public.alembic_version') IS NULL"):
-                return None
-            return await conn.fetchval("SELECT version_num FROM alembic_version")
-        finally:
-            await conn.close()
+    from mycelium.db.migrate import current_revision
 
     with database(_settings(args)) as (dsn, _):
-        print(asyncio.run(read(dsn)) or "base (not migrated)")
+        print(asyncio.run(current_revision(dsn)) or "base (not migrated)")
     return 0
 
 

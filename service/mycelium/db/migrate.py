@@ -44,6 +44,19 @@ async def upgrade_async(dsn: str, revision: str = "head") -> None:
     await asyncio.to_thread(upgrade, dsn, revision)
 
 
+async def current_revision(dsn: str) -> str | None:
+    """The revision the database is at, or None when it was never migrated."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        if await conn.fetchval("SELECT to_regclass('public.alembic_version') IS NULL"):
+            return None
+        return await conn.fetchval("SELECT version_num FROM alembic_version")
+    finally:
+        await conn.close()
+
+
 def head_revision() -> str | None:
     from alembic.script import ScriptDirectory
 
