@@ -11,7 +11,19 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
 from mycelium import __version__
-from mycelium.api import assignments, board, errors, fields, health, links, memory, rooms, skills, tasks
+from mycelium.api import (
+    assignments,
+    board,
+    config,
+    errors,
+    fields,
+    health,
+    links,
+    memory,
+    rooms,
+    skills,
+    tasks,
+)
 from mycelium.api.conversations import CONVERSATION_ROUTES
 from mycelium.api.deps import provide_hub
 from mycelium.api.receipts import ReceiptController
@@ -59,6 +71,7 @@ def create_app(
         tasks.TaskController, assignments.AssignmentController, fields.FieldsController, *board.ROUTES,
         *CONVERSATION_ROUTES,
         TransitionController, ReceiptController,
+        *config.ROUTES,
     ]
     return Litestar(
         route_handlers=handlers,

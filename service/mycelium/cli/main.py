@@ -6,9 +6,22 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from mycelium.cli import board, db, demo, memory, mirror, participate, receipts, room, run, transitions, up
+from mycelium.cli import (
+    board,
+    config,
+    db,
+    demo,
+    memory,
+    mirror,
+    participate,
+    receipts,
+    room,
+    run,
+    transitions,
+    up,
+)
 
-GROUPS = [up, db, room, memory, mirror, board, participate, transitions, receipts, run, demo]
+GROUPS = [up, db, config, room, memory, mirror, board, participate, transitions, receipts, run, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,30 @@
+"""Settings: the closed catalogue of hub and room settings, checked on every config write
+
+Revision ID: 0005_settings
+Revises: 0004_conversations
+Create Date: 2026-11-30
+"""
+
+from alembic import op
+
+from mycelium.db.migrate import apply_sql, drop_sql
+
+revision = "0005_settings"
+down_revision = "0004_conversations"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    apply_sql(op, "settings.sql")
+
+
+def downgrade() -> None:
+    drop_sql(op, """
+      DROP TRIGGER IF EXISTS config_check ON mycelium.config;
+      DROP FUNCTION IF EXISTS mycelium.write_setting(text, jsonb, text, text), mycelium.settings_of(text),
+        mycelium.config_check(), mycelium.setting_kind(text),
+        mycelium.setting_problem(mycelium.setting_kinds, jsonb);
+      DROP TYPE IF EXISTS mycelium.setting;
+      DROP TABLE IF EXISTS mycelium.setting_kinds;
+    """)

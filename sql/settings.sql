@@ -1,0 +1,123 @@
+-- Hub settings: the closed catalogue of what mycelium.config may hold, with each setting's type,
+-- default and bounds, and the verbs that read and write them. The catalogue is enforced on the
+-- config table itself, so a setting written from psql is checked exactly like one written by the
+-- hub: an unknown name or a value of the wrong type never lands.
+
+CREATE TABLE mycelium.setting_kinds (
+  name text PRIMARY KEY CHECK (name ~ '^[a-z][a-z0-9_.]{0,63}$'),
+  value_type text NOT NULL CHECK (value_type IN ('boolean', 'number')),
+  default_value jsonb NOT NULL,
+  min_value double precision,
+  max_value double precision,
+  description text NOT NULL CHECK (btrim(description) <> ''),
+  CHECK (jsonb_typeof(default_value) = value_type),
+  CHECK (value_type = 'number' OR (min_value IS NULL AND max_value IS NULL))
+);
+COMMENT ON TABLE mycelium.setting_kinds IS
+  'The settings mycelium.config may hold: type, default, bounds. A room row overrides the hub row.';
+
+INSERT INTO mycelium.setting_kinds (name, value_type, default_value, min_value, max_value, description) VALUES
+  ('board.dependency_gate', 'boolean', 'false', NULL, NULL,
+   'A claim is refused while the row waits on unsettled board rows (force overrides).'),
+  ('presence.ttl_seconds', 'number', '90', 1, 86400,
+   'How long a handle stays present after its last await, in seconds.');
+
+-- Why a value does not fit a setting, or NULL when it does.
+CREATE FUNCTION mycelium.setting_problem(k mycelium.setting_kinds, p_value jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE
+    WHEN jsonb_typeof(p_value) IS DISTINCT FROM k.value_type
+      THEN format('%s takes a %s, not %s', k.name, k.value_type, coalesce(p_value::text, 'nothing'))
+    WHEN k.min_value IS NOT NULL AND (p_value #>> '{}')::double precision < k.min_value
+      THEN format('%s is at least %s', k.name, k.min_value)
+    WHEN k.max_value IS NOT NULL AND (p_value #>> '{}')::double precision > k.max_value
+      THEN format('%s is at most %s', k.name, k.max_value)
+  END
+$$;
+
+CREATE FUNCTION mycelium.setting_kind(p_name text) RETURNS mycelium.setting_kinds
+LANGUAGE plpgsql STABLE AS $$
+DECLARE k mycelium.setting_kinds;
+BEGIN
+  SELECT * INTO k FROM mycelium.setting_kinds WHERE name = p_name;
+  IF NOT FOUND THEN
+    PERFORM mycelium.refuse(404, 'unknown_setting',
+      format('there is no setting %L (known: %s)', p_name,
+             (SELECT string_agg(name, ', ' ORDER BY name) FROM mycelium.setting_kinds)),
+      jsonb_build_object('name', p_name,
+                         'known', (SELECT jsonb_agg(name ORDER BY name) FROM mycelium.setting_kinds)));
+  END IF;
+  RETURN k;
+END
+$$;
+
+-- Every config row names a known setting and holds a value that fits it (psql included).
+CREATE FUNCTION mycelium.config_check() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  k mycelium.setting_kinds;
+  problem text;
+BEGIN
+  SELECT * INTO k FROM mycelium.setting_kinds WHERE name = NEW.name;
+  IF NOT FOUND THEN
+    PERFORM mycelium.refuse(422, 'unknown_setting', format('there is no setting %L', NEW.name),
+                            jsonb_build_object('name', NEW.name));
+  END IF;
+  problem := mycelium.setting_problem(k, NEW.value);
+  IF problem IS NOT NULL THEN
+    PERFORM mycelium.refuse(422, 'invalid_setting', problem,
+                            jsonb_build_object('name', NEW.name, 'value', NEW.value));
+  END IF;
+  IF NEW.room <> '' AND NOT EXISTS (SELECT 1 FROM mycelium.rooms WHERE name = NEW.room) THEN
+    PERFORM mycelium.refuse(404, 'room_not_found', format('no room %L', NEW.room),
+                            jsonb_build_object('room', NEW.room));
+  END IF;
+  RETURN NEW;
+END
+$$;
+CREATE TRIGGER config_check BEFORE INSERT OR UPDATE ON mycelium.config
+  FOR EACH ROW EXECUTE FUNCTION mycelium.config_check();
+
+-- The settings as they apply to one room ('' = hub-wide): the value in force and where it comes
+-- from (room, hub or default), with the hub-wide and the room's own values beside it.
+CREATE TYPE mycelium.setting AS (
+  name text, value jsonb, source text, hub_value jsonb, room_value jsonb, value_type text,
+  default_value jsonb, min_value double precision, max_value double precision, description text,
+  updated_by text, updated_at timestamptz
+);
+
+CREATE FUNCTION mycelium.settings_of(p_room text DEFAULT '') RETURNS SETOF mycelium.setting
+LANGUAGE sql STABLE AS $$
+  SELECT k.name,
+         coalesce(r.value, h.value, k.default_value),
+         CASE WHEN r.value IS NOT NULL THEN 'room' WHEN h.value IS NOT NULL THEN 'hub' ELSE 'default' END,
+         h.value, r.value, k.value_type, k.default_value, k.min_value, k.max_value, k.description,
+         coalesce(r.updated_by, h.updated_by), coalesce(r.updated_at, h.updated_at)
+  FROM mycelium.setting_kinds k
+  LEFT JOIN mycelium.config h ON h.room = '' AND h.name = k.name
+  LEFT JOIN mycelium.config r ON coalesce(p_room, '') <> '' AND r.room = p_room AND r.name = k.name
+  ORDER BY k.name
+$$;
+
+-- Write one setting for a room, or hub-wide with p_room '' or NULL; a NULL value clears it (the
+-- room then follows the hub, the hub its default). Returns the setting as it now applies there.
+CREATE FUNCTION mycelium.write_setting(p_name text, p_value jsonb, p_room text DEFAULT '', p_by text DEFAULT NULL)
+RETURNS SETOF mycelium.setting LANGUAGE plpgsql AS $$
+DECLARE
+  k mycelium.setting_kinds := mycelium.setting_kind(p_name);
+  room text := coalesce(p_room, '');
+  problem text;
+BEGIN
+  IF room <> '' THEN
+    PERFORM mycelium.require_room(room);
+  END IF;
+  IF p_value IS NOT NULL AND p_value <> 'null'::jsonb THEN
+    problem := mycelium.setting_problem(k, p_value);
+    IF problem IS NOT NULL THEN
+      PERFORM mycelium.refuse(422, 'invalid_setting', problem,
+                              jsonb_build_object('name', p_name, 'value', p_value, 'type', k.value_type));
+    END IF;
+  END IF;
+  PERFORM mycelium.set_config(p_name, nullif(p_value, 'null'::jsonb), room, p_by);
+  RETURN QUERY SELECT * FROM mycelium.settings_of(room) s WHERE s.name = p_name;
+END
+$$;
