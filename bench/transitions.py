@@ -647,8 +647,8 @@ median of the rounds; "2 idle cores allow" = 2 s of CPU per second / (server + c
 moves far less than throughput with whatever else runs on the machine (it still rises under contention:
 shared caches, lock waits), so it is the steadier figure to compare variants by.
 
-Noise: the 2 cores are shared with other engineers' test runs and benchmarks while this runs (1-minute
-load average {load} at the rounds' starts and ends), so absolute figures move by tens of percent between
+Noise: the 2 cores are shared with other processes on the machine while this runs (1-minute load
+average {load} at the rounds' starts and ends), so absolute figures move by tens of percent between
 rounds; the comparisons are within one round on the same database.
 """
     print(md)
