@@ -322,7 +322,7 @@ async def run(args: argparse.Namespace) -> None:
         "agent. Latency = from just before the POST is written to the await's response being read. Medians "
         "over the runs; the last column lists every run's p99. The client is a plain keep-alive HTTP/1.1 "
         "socket per agent. The machine's 2 cores are shared by the hub, the client, PostgreSQL and other "
-        f"engineers' test runs, so expect noise: the 1-minute load average during this run went from "
+        f"processes on the machine, so expect noise: the 1-minute load average during this run went from "
         f"{min(loads):.1f} to {max(loads):.1f} (median {statistics.median(loads):.1f}).",
         "",
         table(["path", "offered", "achieved", "p50 ms", "p99 ms", "p99 per run ms",

@@ -16,13 +16,26 @@
 CREATE FUNCTION mycelium.message_wakes(
   p_kind text, p_subkind text, p_payload_type text, p_sender text, p_recipients text[], p_content text
 ) RETURNS text[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+  me text;
+  given text;
+  one text;
+  woken text[] := '{}';
 BEGIN
   IF p_kind <> 'exchange' OR coalesce(p_subkind, '') = 'amend'
      OR p_payload_type IN ('presence', 'keepalive', 'ping', 'notice') THEN
     RETURN '{}';
   END IF;
-  IF cardinality(p_recipients) = 0 AND strpos(p_content, '@') = 0 THEN
-    RETURN '{}';  -- addressed to nobody and names nobody
+  IF strpos(p_content, '@') = 0 THEN
+    -- names nobody: the recipients alone, each once in the order given (no query to plan and run)
+    me := mycelium.normalize_handle(p_sender);
+    FOREACH given IN ARRAY coalesce(p_recipients, '{}') LOOP
+      one := mycelium.normalize_handle(given);
+      IF one <> '' AND one <> me AND NOT (one = ANY (woken)) THEN
+        woken := woken || one;
+      END IF;
+    END LOOP;
+    RETURN woken;
   END IF;
   RETURN coalesce((
     SELECT array_agg(h ORDER BY first_seen)

@@ -20,6 +20,16 @@ $$;
 COMMENT ON FUNCTION mycelium.normalize_handle IS
   'The one spelling of a handle: no @, no #session suffix, no surrounding whitespace, A-Z lowercased.';
 
+-- Is p_handle already in its one spelling? (PL/pgSQL for the CHECKs of hot tables: a CHECK is
+-- prepared again for every statement that writes the table, and a SQL function in it would have its
+-- body parsed again each time to be inlined; this body is compiled once per session.)
+CREATE FUNCTION mycelium.handle_is_normalised(p_handle text) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  RETURN p_handle = mycelium.normalize_handle(p_handle);
+END
+$$;
+
 -- The code of what is wrong with a handle (after normalising), or NULL; same order as core/handles.
 -- (PL/pgSQL: every verb checks its handles, and a valid one is answered by a single match.)
 CREATE FUNCTION mycelium.handle_problem(p_raw text) RETURNS text

@@ -29,7 +29,7 @@ CREATE TABLE mycelium.delivery_cursors (
   created_at timestamptz NOT NULL DEFAULT now(),
   updated_at timestamptz NOT NULL DEFAULT now(),
   PRIMARY KEY (room, handle),
-  CONSTRAINT cursor_handle_normalised CHECK (handle = mycelium.normalize_handle(handle))
+  CONSTRAINT cursor_handle_normalised CHECK (mycelium.handle_is_normalised(handle))
 );
 COMMENT ON TABLE mycelium.delivery_cursors IS
   'Durable inbox cursors: every message at or below position was delivered to handle or was not for it.';

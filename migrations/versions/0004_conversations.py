@@ -19,7 +19,8 @@ FILES = ("handles.sql", "conversations.sql", "floors.sql", "participation.sql", 
 
 # Every function the files above define (dropped by name, whatever the signature).
 FUNCTIONS = (
-    "normalize_handle", "handle_problem", "handle_problem_sentence", "require_handle", "mentions_in",
+    "normalize_handle", "handle_is_normalised", "handle_problem", "handle_problem_sentence", "require_handle",
+    "mentions_in",
     "loud_mentions", "silent_mentions", "mentions_handle", "message_wakes", "episode_ref",
     "messages_ping", "messages_wake", "post_message", "amend_message", "handle_list",
     "thread_known", "describe_floor", "check_thread_write", "messages_admit", "floors_before_write",
