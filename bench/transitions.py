@@ -67,8 +67,9 @@ RAW_UPDATE_CHAIN = (
     "WITH done AS (UPDATE bench_raw SET state = 'COMPLETED', result = $2 WHERE id = $1 AND fence = 1 RETURNING 1) "
     "UPDATE bench_chain SET n = n + 1 WHERE id = 1"
 )
-VERB_CLAIM = "SELECT c.action FROM mycelium.claim_transition($1, $1, 'noop', $2, 'keyed_mutate', $3, 'v1') c"
-VERB_COMPLETE = "SELECT 1 FROM mycelium.complete($1, $2, 1, NULL)"
+# called as the SDK calls them: in the select list (no function scan)
+VERB_CLAIM = "SELECT (mycelium.claim_transition($1, $1, 'noop', $2, 'keyed_mutate', $3, 'v1')).action"
+VERB_COMPLETE = "SELECT (mycelium.complete($1, $2, 1, NULL)).request_id"
 
 
 class CpuProbe:
