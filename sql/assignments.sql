@@ -21,13 +21,22 @@
 
 CREATE SEQUENCE mycelium.claim_ids;
 
+-- The per-column rules are domains: a domain's check is compiled once per session (type cache),
+-- while a table CHECK is read back and compiled again by every statement that writes the table.
+CREATE DOMAIN mycelium.work_key AS text
+  CONSTRAINT assignment_on_work_row CHECK (mycelium.is_assignable_key(VALUE));
+CREATE DOMAIN mycelium.lease_state AS text
+  CONSTRAINT assignments_state_check CHECK (VALUE IN ('held', 'released', 'resolved'));
+CREATE DOMAIN mycelium.lease_owner AS text CHECK (VALUE ~ '^[a-z0-9][a-z0-9_-]{0,63}$');
+CREATE DOMAIN mycelium.lease_minutes AS integer CHECK (VALUE >= 1);
+
 CREATE TABLE mycelium.assignments (
   room text NOT NULL,
-  key text NOT NULL CONSTRAINT assignment_on_work_row CHECK (mycelium.is_assignable_key(key)),
-  state text NOT NULL CHECK (state IN ('held', 'released', 'resolved')),
-  owner text CHECK (owner ~ '^[a-z0-9][a-z0-9_-]{0,63}$'),
+  key mycelium.work_key NOT NULL,
+  state mycelium.lease_state NOT NULL,
+  owner mycelium.lease_owner,
   claimed_at timestamptz,
-  ttl_minutes integer CHECK (ttl_minutes >= 1),
+  ttl_minutes mycelium.lease_minutes,
   note text,
   note_by text,
   claim_id bigint,
@@ -205,23 +214,29 @@ BEGIN
 END
 $$;
 
+-- (Only a write that raises a notice reads the row's title and thread, in one statement, and posts
+-- the notice directly: this runs on every lease write.)
 CREATE FUNCTION mycelium.assignments_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-  m record;
+  title text;
+  thread text;
   by_handle text := mycelium.actor();
 BEGIN
-  SELECT value, meta, episode INTO m FROM mycelium.memories WHERE room = NEW.room AND key = NEW.key;
   PERFORM mycelium.wake_hint('mycelium_board', NEW.room);
   IF TG_OP = 'UPDATE' AND OLD.state = 'held' AND NOT mycelium.task_lease_live(OLD)
      AND (NEW.claim_id IS DISTINCT FROM OLD.claim_id OR NEW.state <> 'held') THEN
     PERFORM mycelium.announce_expiry(OLD, by_handle);
   END IF;
   IF NEW.state = 'held' AND (TG_OP = 'INSERT' OR NEW.claim_id IS DISTINCT FROM OLD.claim_id) THEN
-    PERFORM mycelium.row_notice(NEW.room, 'claimed', NEW.key, m.value, m.meta, m.episode,
-      jsonb_build_object('by', NEW.owner, 'ttl_minutes', NEW.ttl_minutes));
+    SELECT mycelium.memory_title(m.value, m.meta), m.episode INTO title, thread
+    FROM mycelium.memories m WHERE m.room = NEW.room AND m.key = NEW.key;
+    PERFORM mycelium.post_notice(NEW.room, 'claimed', NEW.key, jsonb_build_object(
+      'title', title, 'episode', thread, 'by', NEW.owner, 'ttl_minutes', NEW.ttl_minutes));
   ELSIF NEW.state <> 'held' AND (TG_OP = 'INSERT' OR NEW.state <> OLD.state) THEN
-    PERFORM mycelium.row_notice(NEW.room, NEW.state, NEW.key, m.value, m.meta, m.episode,
-      jsonb_build_object('by', coalesce(NEW.note_by, by_handle), 'note', NEW.note));
+    SELECT mycelium.memory_title(m.value, m.meta), m.episode INTO title, thread
+    FROM mycelium.memories m WHERE m.room = NEW.room AND m.key = NEW.key;
+    PERFORM mycelium.post_notice(NEW.room, NEW.state, NEW.key, jsonb_build_object(
+      'title', title, 'episode', thread, 'by', coalesce(NEW.note_by, by_handle), 'note', NEW.note));
   END IF;
   RETURN NULL;
 END
@@ -289,6 +304,21 @@ CREATE TRIGGER assignments_before_delete BEFORE DELETE ON mycelium.assignments
 -- ---------------------------------------------------------------------------------------------
 -- Verbs.
 
+-- Why a lease verb found no row to work on: 422 outside work/, else 404 (no such room or memory).
+-- Called only once the verb's one read came back empty, so a verb that finds its row pays nothing.
+CREATE FUNCTION mycelium.refuse_task_lease(p_room text, p_key text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  PERFORM mycelium.require_room(p_room);
+  IF NOT mycelium.is_assignable_key(coalesce(p_key, '')) THEN
+    PERFORM mycelium.refuse(422, 'not_assignable',
+      format('leases live on work/ memories; %L is elsewhere', p_key), jsonb_build_object('key', p_key));
+  END IF;
+  PERFORM mycelium.refuse(404, 'memory_not_found', format('no memory %L in this room', p_key),
+                          jsonb_build_object('room', p_room, 'key', p_key));
+END
+$$;
+
 -- The lease of one work/ row, or the refusal upstream gives: 422 outside work/, 404 if missing.
 CREATE FUNCTION mycelium.read_assignment(p_room text, p_key text) RETURNS mycelium.lease_read
 LANGUAGE plpgsql STABLE AS $$
@@ -296,45 +326,27 @@ DECLARE
   m mycelium.memories;
   a mycelium.assignments;
 BEGIN
-  IF NOT mycelium.is_assignable_key(coalesce(p_key, '')) THEN
-    PERFORM mycelium.require_room(p_room);
-    PERFORM mycelium.refuse(422, 'not_assignable',
-      format('leases live on work/ memories; %L is elsewhere', p_key), jsonb_build_object('key', p_key));
-  END IF;
-  SELECT * INTO m FROM mycelium.memories WHERE room = p_room AND key = p_key;
+  SELECT * INTO m FROM mycelium.memories WHERE room = p_room AND key = p_key AND mycelium.is_assignable_key(key);
   IF NOT FOUND THEN
-    PERFORM mycelium.require_room(p_room);
-    PERFORM mycelium.refuse(404, 'memory_not_found', format('no memory %L in this room', p_key),
-                            jsonb_build_object('room', p_room, 'key', p_key));
+    PERFORM mycelium.refuse_task_lease(p_room, p_key);
   END IF;
   SELECT * INTO a FROM mycelium.assignments WHERE room = p_room AND key = p_key;
   RETURN mycelium.lease_read(m, a);
 END
 $$;
 
--- Lock the work/ row (so claimants of one row queue up) and return it.
-CREATE FUNCTION mycelium.lock_task_lease(p_room text, p_key text) RETURNS mycelium.memories
-LANGUAGE plpgsql AS $$
-DECLARE m mycelium.memories;
-BEGIN
-  IF NOT mycelium.is_assignable_key(coalesce(p_key, '')) THEN
-    PERFORM mycelium.require_room(p_room);
-    PERFORM mycelium.refuse(422, 'not_assignable',
-      format('leases live on work/ memories; %L is elsewhere', p_key), jsonb_build_object('key', p_key));
-  END IF;
-  SELECT * INTO m FROM mycelium.memories WHERE room = p_room AND key = p_key FOR NO KEY UPDATE;
-  IF NOT FOUND THEN
-    PERFORM mycelium.require_room(p_room);
-    PERFORM mycelium.refuse(404, 'memory_not_found', format('no memory %L in this room', p_key),
-                            jsonb_build_object('room', p_room, 'key', p_key));
-  END IF;
-  RETURN m;
-END
-$$;
+-- The verbs below each read their row once (only the columns a lease read and a notice name, so a
+-- stored vector is never fetched), decide, and make one write to mycelium.assignments, whose
+-- triggers keep the rules and append the notice; what the row waits on is read before that write,
+-- so after the notice (which holds the room's timeline counter until the commit) only the answer
+-- is built.
 
 -- Claim: take the lease for p_ttl_minutes. Someone else's live lease -> 409 naming the holder;
 -- the same holder refreshes; an expired lease is taken over. With the dependency gate on (and no
 -- p_force) a row that still waits on something -> 409 with waiting_on.
+-- One upsert: a first claim inserts the lease; a later one updates it, and the row lock that the
+-- conflict takes makes concurrent claimants queue; the takeover of someone else's live lease is
+-- refused by assignments_before_write, the same rule a direct UPDATE meets.
 CREATE FUNCTION mycelium.claim_task(p_room text, p_key text, p_handle text, p_ttl_minutes integer DEFAULT 30,
                                     p_force boolean DEFAULT false)
 RETURNS mycelium.lease_read LANGUAGE plpgsql
@@ -349,32 +361,31 @@ BEGIN
     PERFORM mycelium.refuse(422, 'invalid_ttl', 'ttl_minutes is a whole number of minutes, 1 or more',
                             jsonb_build_object('key', p_key));
   END IF;
-  PERFORM set_config('mycelium.actor', h, true);
-  m := mycelium.lock_task_lease(p_room, p_key);
-  SELECT * INTO a FROM mycelium.assignments WHERE room = p_room AND key = p_key FOR UPDATE;
-  IF a.key IS NOT NULL AND mycelium.task_lease_live(a) AND a.owner <> h THEN
-    PERFORM mycelium.refuse(409, 'lease_held', format('%L is held by @%s', p_key, a.owner),
-      jsonb_build_object('key', p_key, 'owner', a.owner, 'claimed_at', a.claimed_at,
-                         'ttl_minutes', a.ttl_minutes));
+  SELECT x.episode, x.version, x.value, x.meta INTO m.episode, m.version, m.value, m.meta
+  FROM mycelium.memories x WHERE x.room = p_room AND x.key = p_key AND mycelium.is_assignable_key(x.key);
+  IF NOT FOUND THEN
+    PERFORM mycelium.refuse_task_lease(p_room, p_key);
   END IF;
+  m.room := p_room;
+  m.key := p_key;
   waits := mycelium.waiting_on(p_room, p_key);
-  IF NOT coalesce(p_force, false) AND mycelium.dependency_gate_on(p_room) THEN
-    IF cardinality(waits) > 0 THEN
-      PERFORM mycelium.refuse(409, 'waiting', format('%L waits on %s', p_key, array_to_string(waits, ', ')),
-                              jsonb_build_object('key', p_key, 'waiting_on', to_jsonb(waits)));
+  IF cardinality(waits) > 0 AND NOT coalesce(p_force, false) AND mycelium.dependency_gate_on(p_room) THEN
+    SELECT * INTO a FROM mycelium.assignments x WHERE x.room = p_room AND x.key = p_key;
+    IF mycelium.task_lease_live(a) AND a.owner <> h THEN  -- the holder is named first
+      PERFORM mycelium.refuse(409, 'lease_held', format('%L is held by @%s', p_key, a.owner),
+        jsonb_build_object('key', p_key, 'owner', a.owner, 'claimed_at', a.claimed_at,
+                           'ttl_minutes', a.ttl_minutes));
     END IF;
+    PERFORM mycelium.refuse(409, 'waiting', format('%L waits on %s', p_key, array_to_string(waits, ', ')),
+                            jsonb_build_object('key', p_key, 'waiting_on', to_jsonb(waits)));
   END IF;
-  IF a.key IS NULL THEN
-    INSERT INTO mycelium.assignments (room, key, state, owner, claimed_at, ttl_minutes, claim_id)
-    VALUES (p_room, p_key, 'held', h, now(), p_ttl_minutes, nextval('mycelium.claim_ids'))
-    RETURNING * INTO a;
-  ELSE
-    UPDATE mycelium.assignments
-    SET state = 'held', owner = h, claimed_at = now(), ttl_minutes = p_ttl_minutes, note = NULL,
-        note_by = NULL, claim_id = nextval('mycelium.claim_ids')
-    WHERE room = p_room AND key = p_key
-    RETURNING * INTO a;
-  END IF;
+  PERFORM set_config('mycelium.actor', h, true);
+  INSERT INTO mycelium.assignments AS x (room, key, state, owner, claimed_at, ttl_minutes, claim_id)
+  VALUES (p_room, p_key, 'held', h, now(), p_ttl_minutes, nextval('mycelium.claim_ids'))
+  ON CONFLICT (room, key) DO UPDATE
+  SET state = 'held', owner = h, claimed_at = now(), ttl_minutes = p_ttl_minutes, note = NULL, note_by = NULL,
+      claim_id = excluded.claim_id
+  RETURNING * INTO a;
   RETURN mycelium.lease_read(m, a, waits);
 END
 $$;
@@ -390,27 +401,28 @@ DECLARE
   waits text[];
   v_note text := coalesce(nullif(btrim(p_note), ''), 'released');
 BEGIN
-  PERFORM set_config('mycelium.actor', h, true);
-  m := mycelium.lock_task_lease(p_room, p_key);
-  SELECT * INTO a FROM mycelium.assignments WHERE room = p_room AND key = p_key FOR UPDATE;
-  waits := mycelium.waiting_on(p_room, p_key);
-  IF a.key IS NULL THEN
-    INSERT INTO mycelium.assignments (room, key, state, note, note_by)
-    VALUES (p_room, p_key, 'released', v_note, h)
-    RETURNING * INTO a;
-  ELSE
-    UPDATE mycelium.assignments
-    SET state = 'released', owner = NULL, claimed_at = NULL, ttl_minutes = NULL, note = v_note,
-        note_by = h
-    WHERE room = p_room AND key = p_key
-    RETURNING * INTO a;
+  SELECT x.episode, x.version, x.value, x.meta INTO m.episode, m.version, m.value, m.meta
+  FROM mycelium.memories x WHERE x.room = p_room AND x.key = p_key AND mycelium.is_assignable_key(x.key);
+  IF NOT FOUND THEN
+    PERFORM mycelium.refuse_task_lease(p_room, p_key);
   END IF;
+  m.room := p_room;
+  m.key := p_key;
+  waits := mycelium.waiting_on(p_room, p_key);
+  PERFORM set_config('mycelium.actor', h, true);
+  INSERT INTO mycelium.assignments AS x (room, key, state, note, note_by)
+  VALUES (p_room, p_key, 'released', v_note, h)
+  ON CONFLICT (room, key) DO UPDATE
+  SET state = 'released', owner = NULL, claimed_at = NULL, ttl_minutes = NULL, note = v_note, note_by = h
+  RETURNING * INTO a;
   RETURN mycelium.lease_read(m, a, waits);
 END
 $$;
 
 -- Resolve: the work is done. Dependents that now wait on nothing get their `unblocked` notice in
--- this same transaction (trigger).
+-- this same transaction (trigger). The row is read FOR NO KEY UPDATE: a field write that settles it
+-- at the same time (status resolved) waits for this commit and then sees it settled, so the
+-- dependents hear `unblocked` once.
 CREATE FUNCTION mycelium.resolve_task(p_room text, p_key text, p_handle text)
 RETURNS mycelium.lease_read LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
@@ -420,19 +432,23 @@ DECLARE
   a mycelium.assignments;
   waits text[];
 BEGIN
-  PERFORM set_config('mycelium.actor', h, true);
-  m := mycelium.lock_task_lease(p_room, p_key);
-  SELECT * INTO a FROM mycelium.assignments WHERE room = p_room AND key = p_key FOR UPDATE;
+  SELECT x.episode, x.version, x.value, x.meta INTO m.episode, m.version, m.value, m.meta
+  FROM mycelium.memories x WHERE x.room = p_room AND x.key = p_key AND mycelium.is_assignable_key(x.key)
+  FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    PERFORM mycelium.refuse_task_lease(p_room, p_key);
+  END IF;
+  m.room := p_room;
+  m.key := p_key;
   waits := mycelium.waiting_on(p_room, p_key);
-  IF a.key IS NULL THEN
+  PERFORM set_config('mycelium.actor', h, true);
+  UPDATE mycelium.assignments x
+  SET state = 'resolved', claimed_at = NULL, ttl_minutes = NULL, note = format('resolved by @%s', h), note_by = h
+  WHERE x.room = p_room AND x.key = p_key
+  RETURNING * INTO a;
+  IF NOT FOUND THEN  -- never leased: the row under lock has no lease, so nobody inserts one meanwhile
     INSERT INTO mycelium.assignments (room, key, state, note, note_by)
     VALUES (p_room, p_key, 'resolved', format('resolved by @%s', h), h)
-    RETURNING * INTO a;
-  ELSE
-    UPDATE mycelium.assignments
-    SET state = 'resolved', claimed_at = NULL, ttl_minutes = NULL,
-        note = format('resolved by @%s', h), note_by = h
-    WHERE room = p_room AND key = p_key
     RETURNING * INTO a;
   END IF;
   RETURN mycelium.lease_read(m, a, waits);
@@ -452,7 +468,7 @@ BEGIN
   WHERE a.room = p_room AND a.owner = h AND a.state = 'held'
     AND now() < mycelium.task_lease_end(a.claimed_at, a.ttl_minutes)
     AND (now() - a.claimed_at) * 2 >= make_interval(mins => a.ttl_minutes)
-  RETURNING a.key, a.claimed_at, a.ttl_minutes;
+  RETURNING a.key::text, a.claimed_at, a.ttl_minutes::integer;
 END
 $$;
 

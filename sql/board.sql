@@ -45,8 +45,8 @@ CREATE FUNCTION mycelium.is_board_key(p_key text) RETURNS boolean LANGUAGE sql I
   SELECT p_key LIKE '%/%' AND split_part(p_key, '/', 1) = ANY (mycelium.board_namespaces())
 $$;
 
--- (A SQL-standard body: the assignments CHECK inlines it for every statement, and a stored body is
--- read back instead of being parsed again.)
+-- (A SQL-standard body: queries that name it inline it, and a stored body is read back instead of
+-- being parsed again.)
 CREATE FUNCTION mycelium.is_assignable_key(p_key text) RETURNS boolean LANGUAGE sql IMMUTABLE
 RETURN p_key LIKE 'work/_%';
 
@@ -91,10 +91,18 @@ END
 $$;
 
 -- A valid normalised handle, or a 422 naming what is wrong with it.
+-- (Every verb calls it: a valid handle costs one normalisation and one match; only a bad one is
+-- examined further.)
 CREATE FUNCTION mycelium.board_require_handle(p_handle text, p_what text DEFAULT 'handle') RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE problem text := mycelium.board_handle_problem(p_handle);
+DECLARE
+  h text := mycelium.board_handle(p_handle);
+  problem text;
 BEGIN
+  IF h ~ '^[a-z0-9][a-z0-9_-]{0,63}$' THEN
+    RETURN h;
+  END IF;
+  problem := mycelium.board_handle_problem(p_handle);
   IF problem IS NOT NULL THEN
     PERFORM mycelium.refuse(422, 'invalid_handle',
       format('%s %L is not a handle: %s', p_what, coalesce(p_handle, ''), CASE problem
@@ -104,7 +112,7 @@ BEGIN
         ELSE 'a handle may contain only a-z, 0-9, ''_'' and ''-''' END),
       jsonb_build_object('field', p_what, 'problem', problem));
   END IF;
-  RETURN mycelium.board_handle(p_handle);
+  RETURN h;
 END
 $$;
 

@@ -33,6 +33,7 @@ def downgrade() -> None:
       DROP FUNCTION IF EXISTS mycelium.release_task(text, text, text, text);
       DROP FUNCTION IF EXISTS mycelium.claim_task(text, text, text, integer, boolean);
       DROP FUNCTION IF EXISTS mycelium.lock_task_lease(text, text);
+      DROP FUNCTION IF EXISTS mycelium.refuse_task_lease(text, text);
       DROP FUNCTION IF EXISTS mycelium.read_assignment(text, text);
       DROP VIEW IF EXISTS mycelium.board_rows;
       DROP VIEW IF EXISTS mycelium.lease_states;
@@ -43,6 +44,10 @@ def downgrade() -> None:
       DROP TABLE IF EXISTS mycelium.lease_expiries;
       DROP TABLE IF EXISTS mycelium.assignments;
       DROP SEQUENCE IF EXISTS mycelium.claim_ids;
+      DROP DOMAIN IF EXISTS mycelium.work_key;
+      DROP DOMAIN IF EXISTS mycelium.lease_state;
+      DROP DOMAIN IF EXISTS mycelium.lease_owner;
+      DROP DOMAIN IF EXISTS mycelium.lease_minutes;
       DROP FUNCTION IF EXISTS mycelium.assignments_before_write();
       DROP FUNCTION IF EXISTS mycelium.assignments_after_write();
       DROP FUNCTION IF EXISTS mycelium.assignments_settled_ins();
