@@ -18,6 +18,13 @@ transactions that only append one notice, a bare ``SELECT 1`` from 32 connection
 read (``GET /assignments/<key>``) through the same hub. The HTTP client is a plain keep-alive
 HTTP/1.1 socket per agent (bench/wake.py), so the numbers measure the hub, not a client library.
 
+Throughput moves with whatever else runs on the machine, so each path is also reported as CPU per
+cycle (with the embedded server): the server's (postmaster and children, from /proc), this
+process's and, for HTTP, the hub process's; the machine's cores divided by their sum is the rate
+an otherwise idle machine would allow. And each verb is timed on ONE connection, back to back
+(no queue; HTTP on one keep-alive connection): median latency of a claim and of a resolve, and CPU
+per cycle over that loop.
+
     python bench/board.py                    # 1,000 rows, 32 agents, 3 runs per path
     python bench/board.py --rows 300 --runs 1 --no-write
 """
@@ -46,10 +53,29 @@ from mycelium.db.embedded import EmbeddedPostgres
 from mycelium.db.listener import Listener
 from mycelium.db.queries import q
 from tests.support.processes import HubProcess
+from transitions import CpuProbe
 from wake import Http
 
 Claim = Callable[[str, str], Awaitable[bool]]  # ("<room> <key>", handle)
 Resolve = Callable[[str, str], Awaitable[None]]
+CORES = os.cpu_count() or 1
+
+
+def process_seconds(pid: int) -> float:
+    """CPU seconds of process ``pid`` and the children it has reaped (the hub and its workers)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    total = sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    for entry in os.scandir("/proc"):  # live workers of the hub
+        if entry.name.isdigit() and int(entry.name) != pid:
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    child = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(child[1]) == pid:
+                total += (int(child[11]) + int(child[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def pct(values: list[float], q: float) -> float:
@@ -89,6 +115,27 @@ async def work(rows: list[str], agents: int, claim: Claim, resolve: Resolve, see
     wall = time.perf_counter() - start
     return {"wall": wall, "cycles_s": len(rows) / wall, "p50_ms": pct(latencies, 0.5) * 1000,
             "p99_ms": pct(latencies, 0.99) * 1000, "refused": refused, "claims": len(latencies)}
+
+
+async def one_connection(conn: asyncpg.Connection, prefix: str, n: int, claim: Claim, resolve: Resolve,
+                         probe: CpuProbe, hub_pid: int) -> dict[str, float]:
+    """One agent, back to back, nobody else: median latency of a claim and of a resolve, CPU per
+    cycle of the server, this process and the hub over the loop."""
+    rows = await file_rows(conn, prefix, n, 1)
+    claims, resolves = [], []
+    hub0 = process_seconds(hub_pid)
+    probe.start()
+    for row in rows:
+        t0 = time.perf_counter()
+        assert await claim(row, "solo")
+        t1 = time.perf_counter()
+        await resolve(row, "solo")
+        claims.append(t1 - t0)
+        resolves.append(time.perf_counter() - t1)
+    server_us, client_us = probe.per_cycle(n)
+    return {"claim_ms": statistics.median(claims) * 1000, "resolve_ms": statistics.median(resolves) * 1000,
+            "server_us": server_us if server_us is not None else float("nan"), "client_us": client_us or 0.0,
+            "hub_us": (process_seconds(hub_pid) - hub0) / n * 1e6}
 
 
 async def double_claims(conn: asyncpg.Connection, room: str) -> int:
@@ -210,6 +257,8 @@ async def run(args: argparse.Namespace) -> None:
     layouts = [1, args.spread] if args.spread > 1 else [1]
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
     floors: dict[str, list[float]] = {"sql": [], "http": [], "commit": [], "serial": []}
+    probe = CpuProbe(server.postmaster_pid() if server is not None else None)
+    serial: dict[str, list[dict[str, float]]] = {}
     notices: dict[int, list[float]] = {}
     loads = [os.getloadavg()[0]]
     try:
@@ -270,7 +319,11 @@ async def run(args: argparse.Namespace) -> None:
                 for path, (claim, resolve) in paths.items():
                     prefix = f"{path}-{rooms}-{r}"
                     rows = await file_rows(conn, prefix, args.rows, rooms)
+                    hub0 = process_seconds(hub.proc.pid)
+                    probe.start()
                     res = await work(rows, args.agents, claim, resolve, r)
+                    res["server_us"], res["client_us"] = probe.per_cycle(len(rows))
+                    res["hub_us"] = (process_seconds(hub.proc.pid) - hub0) / len(rows) * 1e6 if path == "http" else 0
                     res["doubles"] = sum([await double_claims(conn, f"{prefix}-{j}") for j in range(rooms)])
                     results.setdefault((path, rooms), []).append(res)
                     loads.append(os.getloadavg()[0])
@@ -278,6 +331,9 @@ async def run(args: argparse.Namespace) -> None:
                     print(f"run {r + 1}, {rooms} room(s), {path}: {res['cycles_s']:,.0f} cycles/s", flush=True)
                 notices.setdefault(rooms, []).append(await notice_rate(
                     pool, conn, f"notice-{rooms}-{r}", rooms, args.agents, args.floor_calls, hints))
+            for path, (claim, resolve) in paths.items():
+                serial.setdefault(path, []).append(await one_connection(
+                    conn, f"one-{path}-{r}", args.serial_rows, claim, resolve, probe, hub.proc.pid))
             floors["sql"].append(await select1_rate(pool, args.agents, args.floor_calls))
             floors["http"].append(await read_rate(hub.url, read_path, args.agents, args.floor_calls))
             floors["commit"].append(await commit_floor(conn, 300))
@@ -293,6 +349,22 @@ async def run(args: argparse.Namespace) -> None:
     def med(key: tuple[str, int], field: str) -> float:
         return statistics.median(x[field] for x in results[key])
 
+    def us(value: float | None) -> str:
+        return "n/a" if value is None or value != value else f"{value:,.0f}"
+
+    def cpu_cells(runs: list[dict[str, float]], path: str) -> list[str]:
+        """Server, client (+ hub) CPU µs per cycle, and the rate the cores allow at that cost."""
+        server = [x["server_us"] for x in runs if x["server_us"] is not None and x["server_us"] == x["server_us"]]
+        if not server:
+            return ["n/a", us(statistics.median(x["client_us"] for x in runs)), "n/a"]
+        server_us = statistics.median(server)
+        client_us = statistics.median(x["client_us"] + x["hub_us"] for x in runs)
+        client = us(client_us)
+        if path == "http":
+            client = (f"{client} (hub {us(statistics.median(x['hub_us'] for x in runs))}, "
+                      f"client {us(statistics.median(x['client_us'] for x in runs))})")
+        return [us(server_us), client, f"{CORES * 1e6 / (server_us + client_us):,.0f}"]
+
     labels = {"sql": "SQL functions, called as the hub calls them", "plain": "SQL functions, plain calls (psql)",
               "http": "HTTP API (one hub process)"}
     rows_out = []
@@ -302,10 +374,16 @@ async def run(args: argparse.Namespace) -> None:
             each = ", ".join(f"{x['cycles_s']:,.0f}" for x in results[key])
             rows_out.append([
                 labels[path], str(rooms), f"**{med(key, 'cycles_s'):,.0f}** ({each})",
+                *cpu_cells(results[key], path),
                 f"{med(key, 'p50_ms'):.1f}", f"{med(key, 'p99_ms'):.1f}",
                 f"{med(key, 'refused'):,.0f} / {med(key, 'claims'):,.0f}",
                 str(sum(int(x["doubles"]) for x in results[key])),
             ])
+    solo_out = []
+    for path in paths:
+        runs = serial[path]
+        solo_out.append([labels[path], f"{statistics.median(x['claim_ms'] for x in runs):.2f}",
+                         f"{statistics.median(x['resolve_ms'] for x in runs):.2f}", *cpu_cells(runs, path)])
     notice_floor = "; ".join(
         f"{rooms} room{'s' if rooms > 1 else ''}: {statistics.median(notices[rooms]):,.0f} notices/s "
         f"-> at most {statistics.median(notices[rooms]) / 2:,.0f} cycles/s" for rooms in layouts)
@@ -316,13 +394,22 @@ async def run(args: argparse.Namespace) -> None:
 `python bench/board.py` — {stamp()}; {machine()}; PostgreSQL 18 embedded (synchronous_commit on).
 {args.agents} agents, {args.rows:,} `work/` rows; each agent walks the rows in its own random order
 and claims every row it has not seen resolved (409 -> next row; 200 -> resolve). Cycles/s = rows
-resolved / wall time: median of {args.runs} runs (each run in brackets). The machine has 2 cores,
-shared by the database, the hub process and this client, and while this ran by other engineers'
-test runs: the numbers are noisy (1-minute load average from {min(loads):.1f} to {max(loads):.1f},
-median {statistics.median(loads):.1f}).
+resolved / wall time: median of {args.runs} runs (each run in brackets). The machine has {CORES} cores,
+shared by the database, the hub process, this client and other processes on the machine: the
+rates are noisy (1-minute load average from {min(loads):.1f} to {max(loads):.1f}, median
+{statistics.median(loads):.1f}). CPU µs per cycle (claim + resolve) is read from /proc over each run:
+"server" is PostgreSQL, "client" this process (the {args.agents} agents and their connections) plus,
+for HTTP, the hub process; "cores allow" = {CORES} cores × 1 s / (server + client), the rate an
+otherwise idle machine could carry at that cost.
 
-{table(["path", "rooms", "cycles/s", "claim p50 ms", "claim p99 ms", "refused / claim calls",
-        "double claims"], rows_out)}
+{table(["path", "rooms", "cycles/s", "server CPU µs/cycle", "client CPU µs/cycle", "cores allow /s",
+        "claim p50 ms", "claim p99 ms", "refused / claim calls", "double claims"], rows_out)}
+
+One agent, calls back to back, nobody else (no queue) ({args.serial_rows} cycles per run, median of
+{args.runs} runs):
+
+{table(["path", "claim ms", "resolve ms", "server CPU µs/cycle", "client CPU µs/cycle", "cores allow /s"],
+       solo_out)}
 
 "Called as the hub calls them": the hub's named queries, whose wake hints come back with the result
 and are sent after the commit, batched on one connection; "plain": the same verbs as psql calls
@@ -334,7 +421,7 @@ row that stays locked until the commit (gapless, commit-ordered positions), so i
 writer waits for the previous one to commit and release that row: one room's timeline takes one
 transaction at a time, and a cycle is two of them. Back to back on one connection a notice-only
 transaction takes {serial_ms:.2f} ms (~{1000 / serial_ms:,.0f}/s); with {args.agents} connections queueing on the row,
-each hand-off also waits for the next backend to get one of these 2 busy cores. Transactions that
+each hand-off also waits for the next backend to get one of these {CORES} busy cores. Transactions that
 only append one notice ({args.agents} connections, median): {notice_floor}. (A one-row write commits in
 {commit_ms:.2f} ms here, so the WAL flush itself is not the bound.)
 
@@ -357,6 +444,7 @@ def main() -> None:
     p.add_argument("--agents", type=int, default=32)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--floor-calls", type=int, default=3200)
+    p.add_argument("--serial-rows", type=int, default=300, help="cycles of the one-connection timing per path")
     p.add_argument("--spread", type=int, default=8, help="also run with the rows spread over this many rooms")
     p.add_argument("--hub-args", nargs="*", default=[], help="extra arguments for `mycelium up`")
     p.add_argument("--no-write", dest="write", action="store_false", help="do not update BENCHMARKS.md")
