@@ -111,7 +111,10 @@ BEGIN
     lower(m.payload ->> 'step'),
     array_remove(ARRAY[CASE WHEN p_edited IS NOT NULL THEN 'edited' END,
                        CASE WHEN m.payload ? 'step' THEN 'conductor' END], NULL),
-    CASE WHEN p_text = '' AND cardinality(p_mentions) = 0 AND NOT (m.payload ? 'scores') THEN '{}'::text[]
+    -- message_has finds nothing in a text with no mention, no '://', no '[[' and no '`' whose payload
+    -- has no scores: most messages, spared its patterns
+    CASE WHEN cardinality(p_mentions) = 0 AND NOT (m.payload ? 'scores') AND strpos(p_text, '://') = 0
+              AND strpos(p_text, '[[') = 0 AND strpos(p_text, '`') = 0 THEN '{}'::text[]
          ELSE mycelium.message_has(p_text, m.payload, p_mentions) END,
     (m.created_at AT TIME ZONE 'UTC')::date::text,
     CASE WHEN jsonb_typeof(m.payload -> 'metadata' -> 'ttl_seconds') = 'number'

@@ -82,12 +82,18 @@ CREATE FUNCTION mycelium.touch_presence(p_room text, p_handle text, p_hold_secon
 RETURNS mycelium.presence LANGUAGE plpgsql AS $$
 DECLARE
   h text := mycelium.require_handle(p_handle);
-  ttl double precision := coalesce((mycelium.config_value('presence.ttl_seconds', p_room) #>> '{}')::double precision, 90);
-  wanted timestamptz := now() + make_interval(secs => greatest(ttl, coalesce(p_hold_seconds, 0)));
+  ttl double precision;
+  wanted timestamptz;
   r mycelium.presence;
 BEGIN
-  SELECT * INTO r FROM mycelium.presence WHERE room = p_room AND handle = h;
-  IF FOUND AND r.expires_at >= wanted - interval '10 seconds' THEN
+  -- the lease and the room's ttl (as mycelium.config_value reads it) in one statement
+  SELECT p.*, (SELECT c.value #>> '{}' FROM mycelium.config c
+               WHERE c.name = 'presence.ttl_seconds' AND c.room IN (coalesce(p_room, ''), '')
+               ORDER BY c.room DESC LIMIT 1)::double precision
+    INTO r.room, r.handle, r.expires_at, r.seen_at, ttl
+  FROM (SELECT) one LEFT JOIN mycelium.presence p ON p.room = p_room AND p.handle = h;
+  wanted := now() + make_interval(secs => greatest(coalesce(ttl, 90), coalesce(p_hold_seconds, 0)));
+  IF r.room IS NOT NULL AND r.expires_at >= wanted - interval '10 seconds' THEN
     RETURN r;
   END IF;
   PERFORM mycelium.require_room(p_room);
