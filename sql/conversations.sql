@@ -145,19 +145,25 @@ CREATE FUNCTION mycelium.post_message(
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   sender text;
-  recipients text[];
+  given text;
+  recipients text[] := '{}';
   unknown uuid[];
   r mycelium.messages;
 BEGIN
   PERFORM mycelium.require_room(p_room);
   sender := mycelium.require_handle(p_sender, 'sender');
-  SELECT coalesce(array_agg(mycelium.require_handle(x, 'recipient') ORDER BY o), '{}')
-    INTO recipients FROM unnest(coalesce(p_recipients, '{}')) WITH ORDINALITY AS t (x, o);
+  -- (loops and guards rather than queries over empty or one-element arrays: each query is an
+  -- executor start-up on every post)
+  FOREACH given IN ARRAY coalesce(p_recipients, '{}') LOOP
+    recipients := recipients || mycelium.require_handle(given, 'recipient');
+  END LOOP;
   IF p_payload IS NOT NULL AND jsonb_typeof(p_payload) <> 'object' THEN
     PERFORM mycelium.refuse(422, 'invalid_payload', 'a message payload is a JSON object');
   END IF;
-  SELECT array_agg(p) INTO unknown FROM unnest(coalesce(p_parents, '{}')) p
-  WHERE NOT EXISTS (SELECT 1 FROM mycelium.messages m WHERE m.room = p_room AND m.id = p);
+  IF cardinality(p_parents) > 0 THEN
+    SELECT array_agg(p) INTO unknown FROM unnest(p_parents) p
+    WHERE NOT EXISTS (SELECT 1 FROM mycelium.messages m WHERE m.room = p_room AND m.id = p);
+  END IF;
   IF unknown IS NOT NULL THEN
     PERFORM mycelium.refuse(422, 'unknown_parent',
       format('no message %s in room %L to answer', array_to_string(unknown, ', '), p_room),

@@ -11,10 +11,10 @@ NOTIFY commits under a cluster-wide lock that PostgreSQL holds past its WAL flus
 writers commit one after another instead of sharing a flush. The hub's verbs therefore ask the
 database to keep their hints (``mycelium.defer_wakes``) and read them back with the result; once
 the write has committed, :meth:`Listener.hint` wakes this process's waiters at once and queues the
-hints for other processes, sent in batches as one autocommit statement. A hint that arrives back
-from that statement is not fanned out twice. Losing one (a crash between commit and send) delays a
-waiter on another replica until its periodic re-check; it never loses a message, since every
-waiter re-reads the tables.
+hints for other processes, sent in batches as one autocommit statement (at most one per
+:data:`_SPACING` while writes keep coming). A hint that arrives back from that statement is not
+fanned out twice. Losing one (a crash between commit and send) delays a waiter on another replica
+until its periodic re-check; it never loses a message, since every waiter re-reads the tables.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ log = logging.getLogger("mycelium.listener")
 
 _NOTIFY_ALL = "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS h (c, p)"
 _BATCH = 500
+#: At most one batch of hints per this many seconds while hints keep coming (other processes' waiters
+#: wait up to this much longer; this process's own are woken at once).
+_SPACING = 0.002
 
 Callback = Callable[[str, str], None]
 
@@ -175,9 +178,18 @@ class Listener:
         self._pending.set()
 
     async def _send_hints(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = -_SPACING
         while True:
             await self._pending.wait()
+            # Hints that follow a send closely wait for the next slot: a busy process sends one
+            # batch per _SPACING rather than one per write (each batch is a round trip for this
+            # process and the server); a hint after a quiet spell goes at once.
+            gap = last + _SPACING - loop.time()
+            if gap > 0:
+                await asyncio.sleep(gap)
             self._pending.clear()
+            last = loop.time()
             try:
                 await self._flush()
             except asyncio.CancelledError:
