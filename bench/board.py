@@ -9,10 +9,11 @@ timeline. Reported per path: cycles/s (rows resolved / wall time), p50/p99 laten
 a row whose timeline shows a second ``claimed`` while an earlier claim was neither resolved nor
 released.
 
-Two SQL paths: the verbs called the way the hub calls them (its named queries: the wake hints come
-back with the result and are sent after the commit, batched on one connection, as the hub's
-listener does), and plain calls as a person in psql makes them (the triggers NOTIFY inside the
-transaction). Next to them, the floors: the commit latency of a one-row write on one connection
+Two SQL paths: the verbs called the way the hub calls them (its named queries on a pool of
+``--pool`` connections the agents share, 8 by default, the hub's own pool size here too: the wake
+hints come back with the result and are sent after the commit, batched on one connection, as the
+hub's listener does), and plain calls as a person in psql makes them (one connection per agent; the
+triggers NOTIFY inside the transaction). Next to them, the floors: the commit latency of a one-row write on one connection
 (a room's writers commit one after another, so one room can do at most 1 / that transactions/s),
 transactions that only append one notice, a bare ``SELECT 1`` from 32 connections, and a one-query
 read (``GET /assignments/<key>``) through the same hub. The HTTP client is a plain keep-alive
@@ -21,7 +22,7 @@ HTTP/1.1 socket per agent (bench/wake.py), so the numbers measure the hub, not a
 Throughput moves with whatever else runs on the machine, so each path is also reported as CPU per
 cycle (with the embedded server): the server's (postmaster and children, from /proc), this
 process's and, for HTTP, the hub process's; the machine's cores divided by their sum is the rate
-an otherwise idle machine would allow. And each verb is timed on ONE connection, back to back
+an otherwise idle machine would allow. And one agent's calls are timed back to back, nobody else
 (no queue; HTTP on one keep-alive connection): median latency of a claim and of a resolve, and CPU
 per cycle over that loop.
 
@@ -248,12 +249,14 @@ async def run(args: argparse.Namespace) -> None:
     dsn = urlunsplit((parts.scheme, parts.netloc, "/bench_board", parts.query, parts.fragment))
     await asyncio.to_thread(migrate.upgrade, dsn)
     conn = await asyncpg.connect(dsn)
-    pool = await asyncpg.create_pool(dsn, min_size=args.agents, max_size=args.agents)
+    pool = await asyncpg.create_pool(dsn, min_size=args.pool, max_size=args.pool)  # as the hub's
+    own = await asyncpg.create_pool(dsn, min_size=args.agents, max_size=args.agents)  # one per agent
     hints = Listener(dsn)  # the SQL path sends its hints as a hub process does
     await hints.start()
     hub = HubProcess(data_dir=Path(tempfile.mkdtemp(prefix="mycelium-bench-hub-")) / "data", database_url=dsn,
                      extra=["--no-mirror", "--log-level", "warning", *args.hub_args],
-                     env={"MYCELIUM_POOL_MAX_SIZE": str(args.agents), "MYCELIUM_POOL_MIN_SIZE": "4"})
+                     env={"MYCELIUM_POOL_MAX_SIZE": str(args.pool),
+                          "MYCELIUM_POOL_MIN_SIZE": str(min(4, args.pool))})
     layouts = [1, args.spread] if args.spread > 1 else [1]
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
     floors: dict[str, list[float]] = {"sql": [], "http": [], "commit": [], "serial": []}
@@ -271,10 +274,10 @@ async def run(args: argparse.Namespace) -> None:
                 clients[who] = Http(host, port)
             return clients[who]
 
-        async def sql_call(query: str, row: str, who: str, *more: object) -> bool:
+        async def sql_call(query: str, row: str, who: str, *more: object, via: asyncpg.Pool = pool) -> bool:
             room, key = row.split(" ", 1)
             try:
-                found = await pool.fetchrow(query, room, key, who, *more)
+                found = await via.fetchrow(query, room, key, who, *more)
             except asyncpg.PostgresError as exc:
                 if exc.sqlstate != "MY409":
                     raise
@@ -291,10 +294,10 @@ async def run(args: argparse.Namespace) -> None:
             await sql_call(hub_resolve, row, who)
 
         async def plain_claim(row: str, who: str) -> bool:
-            return await sql_call("SELECT * FROM mycelium.claim_task($1, $2, $3)", row, who)
+            return await sql_call("SELECT * FROM mycelium.claim_task($1, $2, $3)", row, who, via=own)
 
         async def plain_resolve(row: str, who: str) -> None:
-            await sql_call("SELECT * FROM mycelium.resolve_task($1, $2, $3)", row, who)
+            await sql_call("SELECT * FROM mycelium.resolve_task($1, $2, $3)", row, who, via=own)
 
         async def http_claim(row: str, who: str) -> bool:
             room, key = row.split(" ", 1)
@@ -330,11 +333,11 @@ async def run(args: argparse.Namespace) -> None:
                     read_path = "/api/rooms/{}/assignments/{}".format(*rows[0].split(" ", 1))
                     print(f"run {r + 1}, {rooms} room(s), {path}: {res['cycles_s']:,.0f} cycles/s", flush=True)
                 notices.setdefault(rooms, []).append(await notice_rate(
-                    pool, conn, f"notice-{rooms}-{r}", rooms, args.agents, args.floor_calls, hints))
+                    own, conn, f"notice-{rooms}-{r}", rooms, args.agents, args.floor_calls, hints))
             for path, (claim, resolve) in paths.items():
                 serial.setdefault(path, []).append(await one_connection(
                     conn, f"one-{path}-{r}", args.serial_rows, claim, resolve, probe, hub.proc.pid))
-            floors["sql"].append(await select1_rate(pool, args.agents, args.floor_calls))
+            floors["sql"].append(await select1_rate(own, args.agents, args.floor_calls))
             floors["http"].append(await read_rate(hub.url, read_path, args.agents, args.floor_calls))
             floors["commit"].append(await commit_floor(conn, 300))
             floors["serial"].append(await serial_notice(conn, f"serial-{r}", 300))
@@ -342,6 +345,7 @@ async def run(args: argparse.Namespace) -> None:
         hub.stop()
         await hints.stop()
         await pool.close()
+        await own.close()
         await conn.close()
         if server is not None:
             server.detach()
@@ -411,10 +415,13 @@ One agent, calls back to back, nobody else (no queue) ({args.serial_rows} cycles
 {table(["path", "claim ms", "resolve ms", "server CPU µs/cycle", "client CPU µs/cycle", "cores allow /s"],
        solo_out)}
 
-"Called as the hub calls them": the hub's named queries, whose wake hints come back with the result
+"Called as the hub calls them": the hub's named queries on a pool of {args.pool} server connections
+shared by the {args.agents} agents (as a hub's pool is), whose wake hints come back with the result
 and are sent after the commit, batched on one connection; "plain": the same verbs as psql calls
-them, whose triggers NOTIFY inside the transaction (so their commits also queue on PostgreSQL's
-cluster-wide notify lock). HTTP: one hub process, {args.agents} keep-alive connections.
+them, one connection per agent, whose triggers NOTIFY inside the transaction (so their commits also
+queue on PostgreSQL's cluster-wide notify lock). HTTP: one hub process with a pool of {args.pool},
+{args.agents} keep-alive connections. On {CORES} cores, {args.agents} busy backends cost more CPU per
+cycle than {args.pool} doing the same work (see `--pool`).
 
 The limits of this design, same run. A room's timeline positions are allocated under one counter
 row that stays locked until the commit (gapless, commit-ordered positions), so in one room every
@@ -444,6 +451,8 @@ def main() -> None:
     p.add_argument("--agents", type=int, default=32)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--floor-calls", type=int, default=3200)
+    p.add_argument("--pool", type=int, default=8,
+                   help="server connections the agents share when they call as the hub does, and the hub's pool")
     p.add_argument("--serial-rows", type=int, default=300, help="cycles of the one-connection timing per path")
     p.add_argument("--spread", type=int, default=8, help="also run with the rows spread over this many rooms")
     p.add_argument("--hub-args", nargs="*", default=[], help="extra arguments for `mycelium up`")
