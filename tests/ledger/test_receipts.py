@@ -214,3 +214,29 @@ async def test_receipts_signed_out_of_order_leave_exactly_the_unsigned_ones_wait
     assert marks == {"agent-1": 4, "agent-2": 1}
     await completed(admin_conn, "a4")
     assert len(await waiting()) == 1
+
+
+async def test_the_offline_renderer_matches_the_database_on_awkward_fields(admin_conn):
+    # written directly (the chain is computed by the database whoever inserts): every nullable field
+    # empty, non-ASCII and multi-line texts, an empty text, a five-digit year, a large fence
+    for error, verified, finished in (
+        (None, None, None),
+        ("boom\nsecond line: ü ✓", "completed", "2026-11-30 12:00:00.000001+00"),
+    ):
+        await admin_conn.execute(
+            """INSERT INTO mycelium.receipts (receipt_id, agent_id, seq, kind, action, request_id,
+                 transition_key, side_effect_class, policy_version, outcome, boundary, fence, error,
+                 verified, resolved_by, resolution_reason, started_at, finished_at, hash)
+               VALUES ('-', 'agent-ü', 1, 'release', 'pay €', 'req', 'k', 'irreversible', '', 'UNKNOWN',
+                 'maybe_crossed', 12345678901, $1, $2, $3, $3, '12345-01-02 03:04:05+00', $4::text::timestamptz,
+                 '\\x')""",
+            error,
+            verified,
+            None if verified is None else "ann",
+            finished,
+        )
+    rows = await export(admin_conn)
+    assert [x["seq"] for x in rows] == [1, 2] and rows[0]["started_at"].startswith("12345-")
+    for x in rows:
+        assert r.receipt_hash(x["prev_hash"], x) == x["hash"]
+    assert await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain()") == []
