@@ -336,7 +336,8 @@ END
 $$;
 
 -- The verbs below each read their row once (only the columns a lease read and a notice name, so a
--- stored vector is never fetched), decide, and make one write to mycelium.assignments, whose
+-- stored vector is never fetched, and whether it has any depends-on edge, so a row without one
+-- skips the dependency query), decide, and make one write to mycelium.assignments, whose
 -- triggers keep the rules and append the notice; what the row waits on is read before that write,
 -- so after the notice (which holds the room's timeline counter until the commit) only the answer
 -- is built.
@@ -355,20 +356,24 @@ DECLARE
   h text := mycelium.board_require_handle(p_handle);
   m mycelium.memories;
   a mycelium.assignments;
+  depends boolean;
   waits text[];
 BEGIN
   IF p_ttl_minutes IS NULL OR p_ttl_minutes < 1 THEN
     PERFORM mycelium.refuse(422, 'invalid_ttl', 'ttl_minutes is a whole number of minutes, 1 or more',
                             jsonb_build_object('key', p_key));
   END IF;
-  SELECT x.episode, x.version, x.value, x.meta INTO m.episode, m.version, m.value, m.meta
+  SELECT x.episode, x.version, x.value, x.meta, EXISTS (
+           SELECT 1 FROM mycelium.memory_links l WHERE l.room = x.room AND l.source_key = x.key
+             AND l.kind = 'relation' AND l.relation = 'depends-on')
+  INTO m.episode, m.version, m.value, m.meta, depends
   FROM mycelium.memories x WHERE x.room = p_room AND x.key = p_key AND mycelium.is_assignable_key(x.key);
   IF NOT FOUND THEN
     PERFORM mycelium.refuse_task_lease(p_room, p_key);
   END IF;
   m.room := p_room;
   m.key := p_key;
-  waits := mycelium.waiting_on(p_room, p_key);
+  waits := CASE WHEN depends THEN mycelium.waiting_on(p_room, p_key) ELSE '{}' END;
   IF cardinality(waits) > 0 AND NOT coalesce(p_force, false) AND mycelium.dependency_gate_on(p_room) THEN
     SELECT * INTO a FROM mycelium.assignments x WHERE x.room = p_room AND x.key = p_key;
     IF mycelium.task_lease_live(a) AND a.owner <> h THEN  -- the holder is named first
@@ -398,17 +403,21 @@ DECLARE
   h text := mycelium.board_require_handle(p_handle);
   m mycelium.memories;
   a mycelium.assignments;
+  depends boolean;
   waits text[];
   v_note text := coalesce(nullif(btrim(p_note), ''), 'released');
 BEGIN
-  SELECT x.episode, x.version, x.value, x.meta INTO m.episode, m.version, m.value, m.meta
+  SELECT x.episode, x.version, x.value, x.meta, EXISTS (
+           SELECT 1 FROM mycelium.memory_links l WHERE l.room = x.room AND l.source_key = x.key
+             AND l.kind = 'relation' AND l.relation = 'depends-on')
+  INTO m.episode, m.version, m.value, m.meta, depends
   FROM mycelium.memories x WHERE x.room = p_room AND x.key = p_key AND mycelium.is_assignable_key(x.key);
   IF NOT FOUND THEN
     PERFORM mycelium.refuse_task_lease(p_room, p_key);
   END IF;
   m.room := p_room;
   m.key := p_key;
-  waits := mycelium.waiting_on(p_room, p_key);
+  waits := CASE WHEN depends THEN mycelium.waiting_on(p_room, p_key) ELSE '{}' END;
   PERFORM set_config('mycelium.actor', h, true);
   INSERT INTO mycelium.assignments AS x (room, key, state, note, note_by)
   VALUES (p_room, p_key, 'released', v_note, h)
@@ -430,9 +439,13 @@ DECLARE
   h text := mycelium.board_require_handle(p_handle);
   m mycelium.memories;
   a mycelium.assignments;
+  depends boolean;
   waits text[];
 BEGIN
-  SELECT x.episode, x.version, x.value, x.meta INTO m.episode, m.version, m.value, m.meta
+  SELECT x.episode, x.version, x.value, x.meta, EXISTS (
+           SELECT 1 FROM mycelium.memory_links l WHERE l.room = x.room AND l.source_key = x.key
+             AND l.kind = 'relation' AND l.relation = 'depends-on')
+  INTO m.episode, m.version, m.value, m.meta, depends
   FROM mycelium.memories x WHERE x.room = p_room AND x.key = p_key AND mycelium.is_assignable_key(x.key)
   FOR NO KEY UPDATE;
   IF NOT FOUND THEN
@@ -440,7 +453,7 @@ BEGIN
   END IF;
   m.room := p_room;
   m.key := p_key;
-  waits := mycelium.waiting_on(p_room, p_key);
+  waits := CASE WHEN depends THEN mycelium.waiting_on(p_room, p_key) ELSE '{}' END;
   PERFORM set_config('mycelium.actor', h, true);
   UPDATE mycelium.assignments x
   SET state = 'resolved', claimed_at = NULL, ttl_minutes = NULL, note = format('resolved by @%s', h), note_by = h
