@@ -37,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _report import machine, stamp, table, write_section
 from mycelium.db import migrate
 from mycelium.db.embedded import EmbeddedPostgres
+from mycelium.db.pool import setup_connection
+from mycelium.db.queries import q
 from tests.support.processes import HubProcess
 
 
@@ -236,6 +238,55 @@ async def notify_run(dsn: str, rate: float, seconds: float) -> dict[str, float]:
             "n": len(latencies)}
 
 
+async def one_connection(dsn: str, n: int) -> dict[str, tuple[float, float, float]]:
+    """The database's share of one message, back to back on one connection (as the hub's pool
+    connection runs it): the post, the look that delivers it, a look that finds nothing, and a one-row
+    insert as the floor of any synchronous commit. Per call: server CPU of that backend (us), this
+    client's CPU (us), median latency (ms)."""
+    conn = await asyncpg.connect(dsn)
+    await setup_connection(conn, "mycelium_app")
+    backend = conn.get_server_pid()
+    await conn.execute("SELECT mycelium.create_room('floor')")
+    await conn.execute("RESET ROLE")
+    await conn.execute("CREATE TABLE public.commit_floor (x int)")
+    await conn.execute('SET ROLE "mycelium_app"')
+    handles = [f"f{i}" for i in range(64)]
+    post, take = q("post_message"), q("take_next")
+
+    async def send(i: int) -> None:
+        await conn.fetchrow(post, "floor", "sender", f"floor-{i}", None, [handles[i % 64]], "exchange", None,
+                            "message", {"message_type": "direct"}, [], "agent")
+
+    async def look(i: int) -> None:
+        await conn.fetchrow(take, "floor", handles[i % 64], None, 5.0)
+
+    async def commit(_i: int) -> None:
+        await conn.execute("INSERT INTO public.commit_floor VALUES (1)")
+
+    for i in range(200):  # warm the plans and caches; every handle has a cursor
+        await send(i)
+        await look(i)
+    out = {}
+    await conn.execute("RESET ROLE")  # the floor table is the owner's
+    for label, step in (("commit", commit),):
+        out[label] = await _timed(backend, n, step)
+    await conn.execute('SET ROLE "mycelium_app"')
+    for label, step in (("post", send), ("take", look), ("empty_take", look)):
+        out[label] = await _timed(backend, n, step)
+    await conn.close()
+    return out
+
+
+async def _timed(backend: int, n: int, step: Callable[[int], Awaitable[None]]) -> tuple[float, float, float]:
+    server, client, latencies = tree_cpu(backend), time.process_time(), []
+    for i in range(n):
+        start = time.perf_counter()
+        await step(i)
+        latencies.append(time.perf_counter() - start)
+    return ((tree_cpu(backend) - server) * 1e6 / n, (time.process_time() - client) * 1e6 / n,
+            statistics.median(latencies) * 1000)
+
+
 async def run(args: argparse.Namespace) -> None:
     server = None
     if os.environ.get("DATABASE_URL"):
@@ -286,6 +337,11 @@ async def run(args: argparse.Namespace) -> None:
                           f"(POST p50 {outcome.get('post_p50', 0):.2f} ms; CPU ms/message hub "
                           f"{outcome.get('cpu_hub', 0):.2f} pg {outcome.get('cpu_pg', 0):.2f} "
                           f"client {outcome.get('cpu_client', 0):.2f})", flush=True)
+        hub.stop()
+        floors = [await one_connection(dsn, args.floor_calls) for _ in range(args.runs)]
+        for f in floors:
+            print("one connection: " + ", ".join(f"{k} {v[0]:.0f} us server / {v[1]:.0f} us client / {v[2]:.2f} ms"
+                                                 for k, v in f.items()), flush=True)
     finally:
         hub.stop()
         await conn.close()
@@ -339,6 +395,17 @@ async def run(args: argparse.Namespace) -> None:
            f"{cores} cores, with nothing else running, could carry at most ~{cores * 1000 / statistics.median(budget):,.0f}"
            " messages/s through this path; a p99 within 50 ms needs the cores well short of full."
            if budget else ""),
+        "",
+        f"The database's share, back to back on one connection once the hub has stopped ({args.floor_calls:,} calls "
+        "each, median of the runs; server CPU is that backend's, from /proc):",
+        "",
+        table(["call", "server CPU us", "client CPU us", "latency p50 ms"], [
+            [label, *(f"{statistics.median(f[key][i] for f in floors):{fmt}}" for i, fmt in
+                      ((0, ".0f"), (1, ".0f"), (2, ".2f")))]
+            for key, label in (("post", "post_message (the POST's insert, triggers, search document; synchronous commit)"),
+                               ("take", "take_next that delivers (cursor moved; synchronous commit)"),
+                               ("empty_take", "take_next that finds nothing (asynchronous commit)"),
+                               ("commit", "one-row INSERT (the floor of a synchronous commit)"))]),
     ])
     print(markdown)
     if args.write:
@@ -353,6 +420,7 @@ def main() -> None:
     p.add_argument("--agents", type=int, default=64)
     p.add_argument("--spread", type=int, default=8, help="also run the HTTP path over this many rooms")
     p.add_argument("--workers", type=int, default=1, help="hub worker processes (`mycelium up --workers`)")
+    p.add_argument("--floor-calls", type=int, default=1000, help="calls per row of the one-connection table")
     p.add_argument("--no-write", dest="write", action="store_false", help="do not update BENCHMARKS.md")
     asyncio.run(main_async(p.parse_args()))
 
