@@ -244,49 +244,62 @@ $$;
 CREATE TRIGGER assignments_after_write AFTER INSERT OR UPDATE ON mycelium.assignments
   FOR EACH ROW EXECUTE FUNCTION mycelium.assignments_after_write();
 
--- A resolve settles the row: raise `unblocked` for the dependents (once per statement).
-CREATE FUNCTION mycelium.assignments_settled_ins() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE g record;
+-- A resolve settles the row: its dependents that now wait on nothing hear `unblocked`, once per
+-- statement however many of their prerequisites the statement settled. A row trigger that fires
+-- only on a resolve notes the settled row (room, key, who) in a transaction-local setting when
+-- something depends on it; the statement trigger raises the notices for everything noted and clears
+-- it, and returns at once when nothing was (a claim, release or renew, a row nothing waits on), so
+-- no other write pays for transition tables or a query.
+CREATE FUNCTION mycelium.assignments_note_settled() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  noted text;
+  waited_on boolean;
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM new_rows WHERE state = 'resolved') THEN
+  -- a row settled by its status already unblocked its dependents then; a row nothing depends on
+  -- has none to unblock
+  SELECT NOT mycelium.row_settled(m.meta, NULL) AND EXISTS (
+           SELECT 1 FROM mycelium.memory_links l
+           WHERE l.room = m.room AND l.target = m.key AND l.kind = 'relation' AND l.relation = 'depends-on'
+             AND l.cross_room IS NULL)
+  INTO waited_on
+  FROM mycelium.memories m WHERE m.room = NEW.room AND m.key = NEW.key;
+  IF NOT coalesce(waited_on, false) THEN
     RETURN NULL;
   END IF;
-  FOR g IN
-    SELECT n.room, array_agg(n.key ORDER BY n.key) AS keys, min(coalesce(n.note_by, n.updated_by)) AS actor
-    FROM new_rows n JOIN mycelium.memories m ON m.room = n.room AND m.key = n.key
-    WHERE n.state = 'resolved' AND NOT mycelium.row_settled(m.meta, NULL)
-    GROUP BY n.room
-  LOOP
-    PERFORM mycelium.raise_unblocked(g.room, g.keys, g.actor);
-  END LOOP;
+  noted := nullif(current_setting('mycelium.settled_leases', true), '');
+  PERFORM set_config('mycelium.settled_leases',
+    (coalesce(noted::jsonb, '[]') || jsonb_build_array(jsonb_build_array(
+      NEW.room, NEW.key, coalesce(NEW.note_by, NEW.updated_by))))::text, true);
   RETURN NULL;
 END
 $$;
 CREATE TRIGGER assignments_settled_ins AFTER INSERT ON mycelium.assignments
-  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mycelium.assignments_settled_ins();
+  FOR EACH ROW WHEN (NEW.state = 'resolved') EXECUTE FUNCTION mycelium.assignments_note_settled();
+CREATE TRIGGER assignments_settled_upd AFTER UPDATE OF state ON mycelium.assignments
+  FOR EACH ROW WHEN (NEW.state = 'resolved' AND OLD.state <> 'resolved')
+  EXECUTE FUNCTION mycelium.assignments_note_settled();
 
-CREATE FUNCTION mycelium.assignments_settled_upd() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE g record;
+CREATE FUNCTION mycelium.assignments_raise_unblocked() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  noted text := nullif(current_setting('mycelium.settled_leases', true), '');
+  g record;
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM new_rows WHERE state = 'resolved') THEN
-    RETURN NULL;  -- a claim, release or renew settles nothing
+  IF noted IS NULL THEN
+    RETURN NULL;
   END IF;
+  PERFORM set_config('mycelium.settled_leases', '', true);
   FOR g IN
-    SELECT n.room, array_agg(n.key ORDER BY n.key) AS keys, min(coalesce(n.note_by, n.updated_by)) AS actor
-    FROM new_rows n
-    JOIN old_rows o ON o.room = n.room AND o.key = n.key
-    JOIN mycelium.memories m ON m.room = n.room AND m.key = n.key
-    WHERE n.state = 'resolved' AND o.state <> 'resolved' AND NOT mycelium.row_settled(m.meta, NULL)
-    GROUP BY n.room
+    SELECT s ->> 0 AS room, array_agg(DISTINCT s ->> 1 ORDER BY s ->> 1) AS keys, min(s ->> 2) AS actor
+    FROM jsonb_array_elements(noted::jsonb) s
+    GROUP BY 1
   LOOP
     PERFORM mycelium.raise_unblocked(g.room, g.keys, g.actor);
   END LOOP;
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER assignments_settled_upd AFTER UPDATE ON mycelium.assignments
-  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT
-  EXECUTE FUNCTION mycelium.assignments_settled_upd();
+CREATE TRIGGER assignments_settled AFTER INSERT OR UPDATE ON mycelium.assignments
+  FOR EACH STATEMENT EXECUTE FUNCTION mycelium.assignments_raise_unblocked();
 
 CREATE FUNCTION mycelium.assignments_before_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

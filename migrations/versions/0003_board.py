@@ -52,6 +52,8 @@ def downgrade() -> None:
       DROP FUNCTION IF EXISTS mycelium.assignments_after_write();
       DROP FUNCTION IF EXISTS mycelium.assignments_settled_ins();
       DROP FUNCTION IF EXISTS mycelium.assignments_settled_upd();
+      DROP FUNCTION IF EXISTS mycelium.assignments_note_settled();
+      DROP FUNCTION IF EXISTS mycelium.assignments_raise_unblocked();
       DROP FUNCTION IF EXISTS mycelium.assignments_before_delete();
       DROP FUNCTION IF EXISTS mycelium.waiting_on(text, text);
       DROP FUNCTION IF EXISTS mycelium.task_lease_end(timestamptz, integer);

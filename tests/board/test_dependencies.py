@@ -108,6 +108,29 @@ async def test_settling_two_prerequisites_in_one_statement_unblocks_once(admin_c
     assert [n["key"] for n in await notices(admin_conn, ROOM, "unblocked")] == [plan]
 
 
+async def test_resolving_two_prerequisite_leases_in_one_statement_unblocks_once(admin_conn, plan):
+    await task(admin_conn, "other")
+    await fields(admin_conn, plan, {"depends-on": ["work/schema", "work/other"]})
+    for key in ("work/schema", "work/other"):
+        await admin_conn.execute("SELECT 1 FROM mycelium.claim_task($1, $2, 'db')", ROOM, key)
+    await admin_conn.execute(
+        "UPDATE mycelium.assignments SET state = 'resolved', claimed_at = NULL, ttl_minutes = NULL"
+        " WHERE room = $1 AND key IN ('work/schema', 'work/other')", ROOM)
+    assert [n["key"] for n in await notices(admin_conn, ROOM, "unblocked")] == [plan]
+
+
+async def test_two_statements_of_one_transaction_unblock_once_after_the_last_prerequisite(admin_conn, plan):
+    await task(admin_conn, "other")
+    await fields(admin_conn, plan, {"depends-on": ["work/schema", "work/other"]})
+    async with admin_conn.transaction():
+        await admin_conn.execute("SELECT 1 FROM mycelium.resolve_task($1, 'work/other', 'db')", ROOM)
+        assert await notices(admin_conn, ROOM, "unblocked") == []
+        await admin_conn.execute("SELECT 1 FROM mycelium.claim_task($1, 'work/schema', 'db')", ROOM)
+        assert await notices(admin_conn, ROOM, "unblocked") == []
+        await admin_conn.execute("SELECT 1 FROM mycelium.resolve_task($1, 'work/schema', 'db')", ROOM)
+    assert [n["key"] for n in await notices(admin_conn, ROOM, "unblocked")] == [plan]
+
+
 async def test_a_rolled_back_resolve_leaves_no_unblocked_notice(admin_conn, plan):
     tr = admin_conn.transaction()
     await tr.start()
