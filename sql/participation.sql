@@ -125,8 +125,19 @@ DECLARE
   head bigint;
   new_position bigint;
   present mycelium.presence;
+  ttl double precision;
 BEGIN
-  present := mycelium.touch_presence(p_room, h, p_hold_seconds);
+  -- The lease as touch_presence reads it; that call (a write, and a security-definer call) only
+  -- when the lease runs short of what touch_presence would make it, which most looks do not find.
+  SELECT p.*, (SELECT c.value #>> '{}' FROM mycelium.config c
+               WHERE c.name = 'presence.ttl_seconds' AND c.room IN (p_room, '')
+               ORDER BY c.room DESC LIMIT 1)::double precision
+    INTO present.room, present.handle, present.expires_at, present.seen_at, ttl
+  FROM (SELECT) one LEFT JOIN mycelium.presence p ON p.room = p_room AND p.handle = h;
+  IF present.room IS NULL OR present.expires_at < now() - interval '10 seconds'
+       + make_interval(secs => greatest(coalesce(ttl, 90), coalesce(p_hold_seconds, 0))) THEN
+    present := mycelium.touch_presence(p_room, h, p_hold_seconds);
+  END IF;
   scope := nullif(mycelium.episode_ref(p_room, p_episode), mycelium.live_episode(p_room));
 
   -- one take per handle at a time; every statement below reads after the previous take committed
