@@ -86,6 +86,17 @@ CREATE FUNCTION mycelium.waiting_on(p_room text, p_key text) RETURNS text[] LANG
     AND NOT mycelium.row_settled(m.meta, a.state)
 $$;
 
+-- The derived state of a lease row (NULL when never leased): unclaimed, held, expired, released or
+-- resolved.
+CREATE FUNCTION mycelium.lease_assignment(a mycelium.assignments) RETURNS text LANGUAGE sql STABLE AS $$
+  SELECT CASE
+    WHEN a.state IS NULL THEN 'unclaimed'
+    WHEN a.state <> 'held' THEN a.state
+    WHEN a.owner IS NULL THEN 'unclaimed'
+    WHEN now() < mycelium.task_lease_end(a.claimed_at, a.ttl_minutes) THEN 'held'
+    ELSE 'expired' END
+$$;
+
 -- A work/ row's lease as readers see it. `assignment` is the derived state: unclaimed, held,
 -- expired, released or resolved; `freshness` is fresh (< half the ttl spent), stale (< all) or
 -- expired; an expired lease's note says so (nothing is written). Built from the memory and its
@@ -99,26 +110,23 @@ CREATE TYPE mycelium.lease_read AS (
 -- p_waiting_on, when given, is what the row waits on, read by the caller before it wrote the lease
 -- (a lease never changes what its own row waits on): the verbs append their notice, which takes
 -- the room's timeline lock, as late as they can, so nothing slow runs between it and the commit.
+-- (One ROW expression: the planner inlines it into the caller, so a verb's answer is built without
+-- a function call of its own.)
 CREATE FUNCTION mycelium.lease_read(m mycelium.memories, a mycelium.assignments, p_waiting_on text[] DEFAULT NULL)
 RETURNS mycelium.lease_read LANGUAGE sql STABLE AS $$
-  SELECT m.room, m.key, m.episode, m.version, mycelium.memory_title(m.value, m.meta),
-         s.assignment, a.state, a.owner, a.claimed_at, a.ttl_minutes,
-         mycelium.task_lease_end(a.claimed_at, a.ttl_minutes),
-         CASE WHEN a.claimed_at IS NULL OR a.ttl_minutes IS NULL THEN NULL
-              WHEN now() >= mycelium.task_lease_end(a.claimed_at, a.ttl_minutes) THEN 'expired'
-              WHEN (now() - a.claimed_at) * 2 < make_interval(mins => a.ttl_minutes) THEN 'fresh'
-              ELSE 'stale' END,
-         CASE WHEN s.assignment = 'expired' THEN format('expired — @%s stopped renewing', a.owner)
-              ELSE a.note END,
-         CASE WHEN s.assignment = 'expired' THEN 'runtime' ELSE a.note_by END,
-         coalesce(p_waiting_on, mycelium.waiting_on(m.room, m.key)),
-         a.claim_id, coalesce(a.version, 0)
-  FROM (SELECT CASE
-          WHEN a.state IS NULL THEN 'unclaimed'
-          WHEN a.state <> 'held' THEN a.state
-          WHEN a.owner IS NULL THEN 'unclaimed'
-          WHEN now() < mycelium.task_lease_end(a.claimed_at, a.ttl_minutes) THEN 'held'
-          ELSE 'expired' END AS assignment) s
+  SELECT ROW(
+    m.room, m.key, m.episode, m.version, mycelium.memory_title(m.value, m.meta),
+    mycelium.lease_assignment(a), a.state, a.owner, a.claimed_at, a.ttl_minutes,
+    mycelium.task_lease_end(a.claimed_at, a.ttl_minutes),
+    CASE WHEN a.claimed_at IS NULL OR a.ttl_minutes IS NULL THEN NULL
+         WHEN now() >= mycelium.task_lease_end(a.claimed_at, a.ttl_minutes) THEN 'expired'
+         WHEN (now() - a.claimed_at) * 2 < make_interval(mins => a.ttl_minutes) THEN 'fresh'
+         ELSE 'stale' END,
+    CASE WHEN mycelium.lease_assignment(a) = 'expired' THEN format('expired — @%s stopped renewing', a.owner)
+         ELSE a.note END,
+    CASE WHEN mycelium.lease_assignment(a) = 'expired' THEN 'runtime' ELSE a.note_by END,
+    coalesce(p_waiting_on, mycelium.waiting_on(m.room, m.key)),
+    a.claim_id, coalesce(a.version, 0))::mycelium.lease_read
 $$;
 
 -- Every work/ row's lease.

@@ -38,6 +38,7 @@ def downgrade() -> None:
       DROP VIEW IF EXISTS mycelium.board_rows;
       DROP VIEW IF EXISTS mycelium.lease_states;
       DROP FUNCTION IF EXISTS mycelium.lease_read(mycelium.memories, mycelium.assignments, text[]);
+      DROP FUNCTION IF EXISTS mycelium.lease_assignment(mycelium.assignments);
       DROP TYPE IF EXISTS mycelium.lease_read;
       DROP FUNCTION IF EXISTS mycelium.announce_expiry(mycelium.assignments, text);
       DROP FUNCTION IF EXISTS mycelium.task_lease_live(mycelium.assignments);
