@@ -99,37 +99,33 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- Triggers: the ping and the wake hint.
 
--- (The conditions live in the bodies rather than in WHEN clauses: a WHEN clause is deserialised
--- and planned again for every INSERT statement, a PL/pgSQL body once per session.)
+-- One AFTER trigger for both (each trigger on the table is one more call per insert, and a WHEN
+-- clause is deserialised and planned again for every INSERT statement, a PL/pgSQL body once per
+-- session): the ping first, then the wake hint, so the ping's own hint comes before it.
+--   ping: a write into a thread (not the room's channel, and prose) raises one in the channel;
+--   wake: a message that is somebody's turn hints '<position>\t<room>\t<handle>,<handle>…' on
+--         mycelium_wakes ('*' instead of the list when it would not fit).
 CREATE FUNCTION mycelium.messages_ping() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE who text;
 BEGIN
-  IF NEW.episode = mycelium.live_episode(NEW.room)
-     OR NEW.payload_type IN ('ping', 'notice', 'presence', 'keepalive') THEN
-    RETURN NULL;  -- the room's own channel, or no prose moved
+  IF NEW.episode <> mycelium.live_episode(NEW.room)
+     AND NEW.payload_type NOT IN ('ping', 'notice', 'presence', 'keepalive') THEN
+    INSERT INTO mycelium.messages (room, episode, kind, payload_type, sender, sender_role, payload)
+    VALUES (NEW.room, mycelium.live_episode(NEW.room), 'exchange', 'ping', 'system', 'coordinator',
+            jsonb_build_object('episode', NEW.episode, 'sender', NEW.sender, 'message', NEW.id::text));
   END IF;
-  INSERT INTO mycelium.messages (room, episode, kind, payload_type, sender, sender_role, payload)
-  VALUES (NEW.room, mycelium.live_episode(NEW.room), 'exchange', 'ping', 'system', 'coordinator',
-          jsonb_build_object('episode', NEW.episode, 'sender', NEW.sender, 'message', NEW.id::text));
+  IF cardinality(NEW.wakes) > 0 THEN
+    who := array_to_string(NEW.wakes, ',');
+    IF octet_length(who) + octet_length(NEW.room) > 7000 THEN
+      who := '*';
+    END IF;
+    PERFORM mycelium.wake_hint('mycelium_wakes', NEW.position || E'\t' || NEW.room || E'\t' || who);
+  END IF;
   RETURN NULL;
 END
 $$;
 CREATE TRIGGER messages_ping AFTER INSERT ON mycelium.messages
   FOR EACH ROW EXECUTE FUNCTION mycelium.messages_ping();
-
--- Payload: '<position>\t<room>\t<handle>,<handle>…' ('*' instead of the list when it would not fit).
-CREATE FUNCTION mycelium.messages_wake() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE who text := array_to_string(NEW.wakes, ',');
-BEGIN
-  IF octet_length(who) + octet_length(NEW.room) > 7000 THEN
-    who := '*';
-  END IF;
-  PERFORM mycelium.wake_hint('mycelium_wakes', NEW.position || E'\t' || NEW.room || E'\t' || who);
-  RETURN NULL;
-END
-$$;
-CREATE TRIGGER messages_wake AFTER INSERT ON mycelium.messages
-  FOR EACH ROW WHEN (cardinality(NEW.wakes) > 0)
-  EXECUTE FUNCTION mycelium.messages_wake();
 
 -- ---------------------------------------------------------------------------------------------
 -- Verbs.
