@@ -6,6 +6,18 @@ FROM (SELECT mycelium.claim_transition($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 
                                        $17, $18, $19, $20, $21, $22, $23) AS c
       OFFSET 0) AS claimed
 
+-- name: claim_transition_lean
+-- the SDK's claim: an answer of run needs nothing of the row but its fence, so the row (read under the
+-- claim's lock, as one JSON object, the key's lifetime in seconds) comes back only with other answers
+SELECT (c).gate, (c).action, (c).repaired, ((c).transition).fence,
+       CASE WHEN (c).action <> 'run'
+            THEN to_jsonb((c).transition)
+                 || jsonb_build_object('provider_key_ttl', extract(epoch FROM ((c).transition).provider_key_ttl))
+       END AS transition
+FROM (SELECT mycelium.claim_transition($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                                       $17, $18, $19, $20, $21, $22, $23) AS c
+      OFFSET 0) AS claimed
+
 -- name: renew_lease
 SELECT * FROM mycelium.renew_lease($1, $2, $3, $4)
 

@@ -62,7 +62,7 @@ class HubLedgerStorage:
         body = {"request_id": request_id, "owner": owner, "fence": fence, **extra}
         return Transition.from_mapping(await self._send("POST", path, body))
 
-    async def claim(self, request: ClaimRequest) -> Claim:
+    async def claim(self, request: ClaimRequest, *, with_row: bool = True) -> Claim:
         data = await self._send("POST", "/claim", request.to_json())
         return Claim(
             data["gate"], data["action"], data["repaired"], Transition.from_mapping(data["transition"])

@@ -180,7 +180,7 @@ class ActionLedger:
         deadline: float | None = None
         interval = self.poll_interval
         while True:
-            claim = await self.storage.claim(replace_reconciled(request, reconciled_at))
+            claim = await self.storage.claim(replace_reconciled(request, reconciled_at), with_row=False)
             if claim.action in ("run", "return"):
                 return claim
             row = claim.transition

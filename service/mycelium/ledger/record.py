@@ -132,19 +132,31 @@ class ClaimRequest:
 
 class Claim:
     """The database's answer to a claim. The row becomes a Transition only when it is read: the common
-    answer (run a fresh row) needs nothing from it but the fence."""
+    answer (run a fresh row) needs nothing from it but the fence, and a claim made with
+    ``with_row=False`` carries no row with that answer (only its fence)."""
 
     __slots__ = ("_row", "_transition", "action", "fence", "gate", "repaired")
 
-    def __init__(self, gate: str, action: str, repaired: bool, row: Transition | Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        gate: str,
+        action: str,
+        repaired: bool,
+        row: Transition | Mapping[str, Any] | None,
+        fence: int | None = None,
+    ) -> None:
         self.gate, self.action, self.repaired = gate, action, repaired
         self._transition = row if isinstance(row, Transition) else None
         self._row = None if isinstance(row, Transition) else row
-        self.fence: int = row.fence if isinstance(row, Transition) else row["fence"]
+        if row is None and fence is None:
+            raise ValueError("a claim without its row names its fence")
+        self.fence: int = fence if row is None else row.fence if isinstance(row, Transition) else row["fence"]
 
     @property
     def transition(self) -> Transition:
         if self._transition is None:
+            if self._row is None:
+                raise LookupError(f"this {self.action!r} claim was made without its row (with_row=False)")
             self._transition = Transition.from_mapping(self._row)
         return self._transition
 

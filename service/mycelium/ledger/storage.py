@@ -11,7 +11,9 @@ from mycelium.ledger.record import Claim, ClaimRequest, Transition
 class LedgerStorage(Protocol):
     """An async store of transitions. Every decision happens in the database; a store only carries it."""
 
-    async def claim(self, request: ClaimRequest) -> Claim: ...
+    async def claim(self, request: ClaimRequest, *, with_row: bool = True) -> Claim:
+        """Claim under the row lock. ``with_row=False``: an answer of run may come without the row (a
+        store that has it anyway may still send it)."""
 
     async def renew_lease(self, request_id: str, owner: str, fence: int, lease_ttl: float) -> Transition: ...
 
