@@ -170,6 +170,58 @@ async def sql_cycles(dsn: str, kind: str, seconds: float, agents: int = 1) -> tu
     return rate, cpu
 
 
+async def one_connection(dsn: str, kind: str, seconds: float) -> tuple[float, tuple]:
+    """One connection, back to back: the median latency of a cycle (µs) and the CPU per cycle. Other
+    load on the machine moves these far less than it moves throughput. kind raw: the two bare
+    statements; gate: the two verbs (one agent); sdk: one @ledger task on a store of one connection."""
+    tag, lat = uuid.uuid4().hex[:10], []
+    if kind == "sdk":
+        from mycelium import (
+            ActionLedger,
+            PostgresLedgerStorage,
+            SideEffectClass,
+            ToolTransitionBinding,
+            ledger,
+        )
+
+        store = PostgresLedgerStorage(dsn, min_size=1, max_size=1)
+        led = ActionLedger(store, agent_id="bench", policy_version="v1")
+        binding = ToolTransitionBinding.for_tool(side_effect_class=SideEffectClass.KEYED_MUTATE)
+
+        @ledger(action_ledger=led, transition_binding=binding)
+        async def noop(key: str) -> None:
+            return None
+
+        async def cycle(rid: str) -> None:
+            await noop(rid)
+
+        close = store.aclose
+    else:
+        conn = await asyncpg.connect(dsn)
+
+        async def cycle(rid: str) -> None:
+            if kind == "raw":
+                await conn.execute(RAW_INSERT, rid, "w")
+                await conn.execute(RAW_UPDATE, rid, "ok")
+            else:
+                await conn.fetchval(VERB_CLAIM, rid, "bench:1", "bench")
+                await conn.fetchval(VERB_COMPLETE, rid, "bench:1")
+
+        close = conn.close
+    for i in range(50):
+        await cycle(f"{tag}-warm-{i}")
+    PROBE.start()
+    deadline, i = time.perf_counter() + seconds, 0
+    while time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        await cycle(f"{tag}-{i}")
+        lat.append(time.perf_counter() - t0)
+        i += 1
+    cpu = PROBE.per_cycle(i)
+    await close()
+    return statistics.median(lat) * 1e6, cpu
+
+
 async def sdk_async_cycles(dsn: str, seconds: float) -> tuple[float, tuple]:
     from mycelium import ActionLedger, PostgresLedgerStorage, SideEffectClass, ToolTransitionBinding, ledger
 
@@ -527,6 +579,8 @@ def main() -> int:
             asyncio.run(set_receipts(dsn, False))
             record("gate_no_receipts", asyncio.run(sql_cycles(dsn, "gate", args.seconds)))
             asyncio.run(set_receipts(dsn, True))
+            for kind in ("raw", "gate", "sdk"):
+                record(f"one_{kind}", asyncio.run(one_connection(dsn, kind, args.seconds / 2)))
             record("sdk_async", asyncio.run(sdk_async_cycles(dsn, args.seconds)))
             record("sdk_threads", sdk_thread_cycles(dsn, args.seconds))
             record("sdk_procs", sdk_process_cycles(dsn, args.seconds))
@@ -612,6 +666,14 @@ def main() -> int:
             ),
             row(f"upstream mycelium-runtime {PEER_VERSION}, @ledger_sync, 8 processes", "peer_procs", "–"),
         ]
+    one_rows = [
+        [label, f"{med[key]:,.0f}", runs[key], *cpu(key)[:1]]
+        for label, key in (
+            ("raw: INSERT … ON CONFLICT + UPDATE", "one_raw"),
+            ("the gate: claim_transition + complete (receipts on)", "one_gate"),
+            ("SDK @ledger, one task on one connection", "one_sdk"),
+        )
+    ]
     storm_line = (
         f"Redispatch storm: {st['dispatches']:,} dispatches of {st['calls']} distinct calls "
         f"(4 processes × 8 tasks, each body 20 ms): **{st['ran']} side effects** for {st['calls']} calls "
@@ -636,6 +698,11 @@ no-op KEYED_MUTATE tool.
 {table(headers, rows)}
 
 Ours vs upstream (best of both sides): **{ratio(best_ours, best_peer)}**. {storm_line}
+
+One connection, back to back ({args.seconds / 2:g} s per variant and round; the latency of one claim →
+complete cycle, median of the cycles, then of the rounds):
+
+{table(["variant", "µs per cycle (median)", "rounds", "CPU µs/cycle: server + client"], one_rows)}
 
 All 8 workers of a variant act for one agent unless the row says otherwise: one agent's receipts form one
 hash chain, and appends to a chain are serialised (each waits for the previous append's commit), so one
