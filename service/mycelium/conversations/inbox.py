@@ -42,7 +42,17 @@ async def await_next(
     quiet = waiters.quiet_until(room, me) if episode is None else None
     # a quiet handle whose presence lasts until the first look this wait would make anyway
     look = quiet is None or quiet < loop.time() + min(deadline - loop.time(), RECHECK_SECONDS)
-    watcher = asyncio.ensure_future(gone()) if gone is not None else None
+    hung_up = False
+    watcher = None
+    if gone is not None:
+        # the caller leaving wakes the wait like a hint does, and ends it without a look
+        def leave(_done: object) -> None:
+            nonlocal hung_up
+            hung_up = True
+            event.set()
+
+        watcher = asyncio.ensure_future(gone())
+        watcher.add_done_callback(leave)
     try:
         while True:
             remaining = max(0.0, deadline - loop.time())
@@ -54,14 +64,8 @@ async def await_next(
             look = True
             if remaining <= 0:
                 return None
-            if watcher is None:
-                await wait_for(event, min(remaining, RECHECK_SECONDS))
-                continue
-            woke = asyncio.ensure_future(event.wait())
-            done, _ = await asyncio.wait({woke, watcher}, timeout=min(remaining, RECHECK_SECONDS),
-                                         return_when=asyncio.FIRST_COMPLETED)
-            woke.cancel()
-            if watcher in done:
+            await wait_for(event, min(remaining, RECHECK_SECONDS))
+            if hung_up:
                 return None
     finally:
         waiters.drop_handle(room, me, event)

@@ -182,5 +182,6 @@ async def wait_for(event: asyncio.Event, timeout: float) -> bool:
     if timeout <= 0:
         return False
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), timeout)
+        async with asyncio.timeout(timeout):  # no task of its own, unlike asyncio.wait_for
+            await event.wait()
     return event.is_set()
