@@ -238,7 +238,7 @@ async def notify_run(dsn: str, rate: float, seconds: float) -> dict[str, float]:
             "n": len(latencies)}
 
 
-async def one_connection(dsn: str, n: int) -> dict[str, tuple[float, float, float]]:
+async def one_connection(dsn: str, n: int, run: int) -> dict[str, tuple[float, float, float]]:
     """The database's share of one message, back to back on one connection (as the hub's pool
     connection runs it): the post, the look that delivers it, a look that finds nothing, and a one-row
     insert as the floor of any synchronous commit. Per call: server CPU of that backend (us), this
@@ -246,22 +246,23 @@ async def one_connection(dsn: str, n: int) -> dict[str, tuple[float, float, floa
     conn = await asyncpg.connect(dsn)
     await setup_connection(conn, "mycelium_app")
     backend = conn.get_server_pid()
-    await conn.execute("SELECT mycelium.create_room('floor')")
+    room, table = f"floor-{run}", f"public.commit_floor_{run}"
+    await conn.execute("SELECT mycelium.create_room($1)", room)
     await conn.execute("RESET ROLE")
-    await conn.execute("CREATE TABLE public.commit_floor (x int)")
+    await conn.execute(f"CREATE TABLE {table} (x int)")
     await conn.execute('SET ROLE "mycelium_app"')
     handles = [f"f{i}" for i in range(64)]
     post, take = q("post_message"), q("take_next")
 
     async def send(i: int) -> None:
-        await conn.fetchrow(post, "floor", "sender", f"floor-{i}", None, [handles[i % 64]], "exchange", None,
+        await conn.fetchrow(post, room, "sender", f"floor-{i}", None, [handles[i % 64]], "exchange", None,
                             "message", {"message_type": "direct"}, [], "agent")
 
     async def look(i: int) -> None:
-        await conn.fetchrow(take, "floor", handles[i % 64], None, 5.0)
+        await conn.fetchrow(take, room, handles[i % 64], None, 5.0)
 
     async def commit(_i: int) -> None:
-        await conn.execute("INSERT INTO public.commit_floor VALUES (1)")
+        await conn.execute(f"INSERT INTO {table} VALUES (1)")
 
     for i in range(200):  # warm the plans and caches; every handle has a cursor
         await send(i)
@@ -338,7 +339,7 @@ async def run(args: argparse.Namespace) -> None:
                           f"{outcome.get('cpu_hub', 0):.2f} pg {outcome.get('cpu_pg', 0):.2f} "
                           f"client {outcome.get('cpu_client', 0):.2f})", flush=True)
         hub.stop()
-        floors = [await one_connection(dsn, args.floor_calls) for _ in range(args.runs)]
+        floors = [await one_connection(dsn, args.floor_calls, r) for r in range(args.runs)]
         for f in floors:
             print("one connection: " + ", ".join(f"{k} {v[0]:.0f} us server / {v[1]:.0f} us client / {v[2]:.2f} ms"
                                                  for k, v in f.items()), flush=True)
