@@ -38,7 +38,9 @@ import textwrap
 import threading
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -170,27 +172,28 @@ async def sql_cycles(dsn: str, kind: str, seconds: float, agents: int = 1) -> tu
     return rate, cpu
 
 
+def one_task_tool(dsn: str) -> tuple[Any, Callable[[str], Awaitable[None]]]:
+    """A no-op KEYED_MUTATE tool under @ledger for agent 'bench', on a store of one connection."""
+    from mycelium import ActionLedger, PostgresLedgerStorage, SideEffectClass, ToolTransitionBinding, ledger
+
+    store = PostgresLedgerStorage(dsn, min_size=1, max_size=1)
+    led = ActionLedger(store, agent_id="bench", policy_version="v1")
+    binding = ToolTransitionBinding.for_tool(side_effect_class=SideEffectClass.KEYED_MUTATE)
+
+    @ledger(action_ledger=led, transition_binding=binding)
+    async def noop(key: str) -> None:
+        return None
+
+    return store, noop
+
+
 async def one_connection(dsn: str, kind: str, seconds: float) -> tuple[float, tuple]:
     """One connection, back to back: the median latency of a cycle (µs) and the CPU per cycle. Other
     load on the machine moves these far less than it moves throughput. kind raw: the two bare
     statements; gate: the two verbs (one agent); sdk: one @ledger task on a store of one connection."""
     tag, lat = uuid.uuid4().hex[:10], []
     if kind == "sdk":
-        from mycelium import (
-            ActionLedger,
-            PostgresLedgerStorage,
-            SideEffectClass,
-            ToolTransitionBinding,
-            ledger,
-        )
-
-        store = PostgresLedgerStorage(dsn, min_size=1, max_size=1)
-        led = ActionLedger(store, agent_id="bench", policy_version="v1")
-        binding = ToolTransitionBinding.for_tool(side_effect_class=SideEffectClass.KEYED_MUTATE)
-
-        @ledger(action_ledger=led, transition_binding=binding)
-        async def noop(key: str) -> None:
-            return None
+        store, noop = one_task_tool(dsn)
 
         async def cycle(rid: str) -> None:
             await noop(rid)
@@ -297,16 +300,7 @@ def sdk_thread_cycles(dsn: str, seconds: float) -> tuple[float, tuple]:
 
 async def sdk_worker(dsn: str, tag: str, start_at: float, seconds: float) -> int:
     """One of 8 OS processes, each one @ledger task on a pool of 1 (the layout upstream's best run uses)."""
-    from mycelium import ActionLedger, PostgresLedgerStorage, SideEffectClass, ToolTransitionBinding, ledger
-
-    store = PostgresLedgerStorage(dsn, min_size=1, max_size=1)
-    led = ActionLedger(store, agent_id="bench", policy_version="v1")
-    binding = ToolTransitionBinding.for_tool(side_effect_class=SideEffectClass.KEYED_MUTATE)
-
-    @ledger(action_ledger=led, transition_binding=binding)
-    async def noop(key: str) -> None:
-        return None
-
+    store, noop = one_task_tool(dsn)
     await noop(f"warm-{tag}")
     await asyncio.sleep(max(0.0, start_at - time.time()))
     deadline, i = time.perf_counter() + seconds, 0
