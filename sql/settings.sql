@@ -35,23 +35,22 @@ LANGUAGE sql IMMUTABLE AS $$
   END
 $$;
 
-CREATE FUNCTION mycelium.setting_kind(p_name text) RETURNS mycelium.setting_kinds
+-- Like require_room: refuse (404, naming the known settings) a name the catalogue does not hold.
+CREATE FUNCTION mycelium.require_setting(p_name text) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
-DECLARE k mycelium.setting_kinds;
 BEGIN
-  SELECT * INTO k FROM mycelium.setting_kinds WHERE name = p_name;
-  IF NOT FOUND THEN
+  IF NOT EXISTS (SELECT 1 FROM mycelium.setting_kinds WHERE name = p_name) THEN
     PERFORM mycelium.refuse(404, 'unknown_setting',
       format('there is no setting %L (known: %s)', p_name,
              (SELECT string_agg(name, ', ' ORDER BY name) FROM mycelium.setting_kinds)),
       jsonb_build_object('name', p_name,
                          'known', (SELECT jsonb_agg(name ORDER BY name) FROM mycelium.setting_kinds)));
   END IF;
-  RETURN k;
 END
 $$;
 
--- Every config row names a known setting and holds a value that fits it (psql included).
+-- Every config row names a known setting, in a room that exists, and holds a value that fits it
+-- (psql included; write_setting relies on this check for what it writes).
 CREATE FUNCTION mycelium.config_check() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   k mycelium.setting_kinds;
@@ -62,14 +61,13 @@ BEGIN
     PERFORM mycelium.refuse(422, 'unknown_setting', format('there is no setting %L', NEW.name),
                             jsonb_build_object('name', NEW.name));
   END IF;
+  IF NEW.room <> '' THEN
+    PERFORM mycelium.require_room(NEW.room);
+  END IF;
   problem := mycelium.setting_problem(k, NEW.value);
   IF problem IS NOT NULL THEN
     PERFORM mycelium.refuse(422, 'invalid_setting', problem,
-                            jsonb_build_object('name', NEW.name, 'value', NEW.value));
-  END IF;
-  IF NEW.room <> '' AND NOT EXISTS (SELECT 1 FROM mycelium.rooms WHERE name = NEW.room) THEN
-    PERFORM mycelium.refuse(404, 'room_not_found', format('no room %L', NEW.room),
-                            jsonb_build_object('room', NEW.room));
+                            jsonb_build_object('name', NEW.name, 'value', NEW.value, 'type', k.value_type));
   END IF;
   RETURN NEW;
 END
@@ -103,19 +101,13 @@ $$;
 CREATE FUNCTION mycelium.write_setting(p_name text, p_value jsonb, p_room text DEFAULT '', p_by text DEFAULT NULL)
 RETURNS SETOF mycelium.setting LANGUAGE plpgsql AS $$
 DECLARE
-  k mycelium.setting_kinds := mycelium.setting_kind(p_name);
   room text := coalesce(p_room, '');
-  problem text;
 BEGIN
-  IF room <> '' THEN
+  PERFORM mycelium.require_setting(p_name);
+  -- a write's room and value are checked by the config table's trigger; a clear deletes, which
+  -- that trigger never sees
+  IF room <> '' AND (p_value IS NULL OR p_value = 'null'::jsonb) THEN
     PERFORM mycelium.require_room(room);
-  END IF;
-  IF p_value IS NOT NULL AND p_value <> 'null'::jsonb THEN
-    problem := mycelium.setting_problem(k, p_value);
-    IF problem IS NOT NULL THEN
-      PERFORM mycelium.refuse(422, 'invalid_setting', problem,
-                              jsonb_build_object('name', p_name, 'value', p_value, 'type', k.value_type));
-    END IF;
   END IF;
   PERFORM mycelium.set_config(p_name, nullif(p_value, 'null'::jsonb), room, p_by);
   RETURN QUERY SELECT * FROM mycelium.settings_of(room) s WHERE s.name = p_name;

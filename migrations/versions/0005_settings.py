@@ -23,7 +23,7 @@ def downgrade() -> None:
     drop_sql(op, """
       DROP TRIGGER IF EXISTS config_check ON mycelium.config;
       DROP FUNCTION IF EXISTS mycelium.write_setting(text, jsonb, text, text), mycelium.settings_of(text),
-        mycelium.config_check(), mycelium.setting_kind(text),
+        mycelium.config_check(), mycelium.require_setting(text),
         mycelium.setting_problem(mycelium.setting_kinds, jsonb);
       DROP TYPE IF EXISTS mycelium.setting;
       DROP TABLE IF EXISTS mycelium.setting_kinds;

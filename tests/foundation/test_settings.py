@@ -94,8 +94,10 @@ async def test_an_unknown_setting_names_the_known_ones(client):
     assert "board.dependency_gate" in r.json()["message"]
 
 
-async def test_a_room_that_does_not_exist_has_no_settings_to_read(client):
+async def test_a_room_that_does_not_exist_has_no_settings_to_read_or_clear(client):
     r = await client.get("/api/rooms/nowhere/config")
+    assert r.status_code == 404 and r.json()["error"] == "room_not_found"
+    r = await client.delete("/api/rooms/nowhere/config/presence.ttl_seconds")
     assert r.status_code == 404 and r.json()["error"] == "room_not_found"
 
 

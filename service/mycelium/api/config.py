@@ -7,6 +7,7 @@ the same value. A room's own value overrides the hub-wide one; clearing it falls
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from litestar import Controller, delete, get, put
@@ -37,7 +38,7 @@ class SettingRead(BaseModel):
     max_value: float | None = None
     description: str
     updated_by: str | None = None
-    updated_at: str | None = None
+    updated_at: datetime | None = None
 
 
 class SettingsRead(BaseModel):
@@ -46,9 +47,7 @@ class SettingsRead(BaseModel):
 
 
 def _read(row: Any) -> SettingRead:
-    data = dict(row)
-    at = data.pop("updated_at")
-    return SettingRead(**data, updated_at=at.isoformat() if at else None)
+    return SettingRead(**row)
 
 
 async def _write(hub: Hub, name: str, value: Any, room: str, by: str | None) -> SettingRead:
