@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -25,9 +26,14 @@ def with_database(dsn: str, database: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, parts.fragment))
 
 
+class BenchDatabase(NamedTuple):
+    dsn: str
+    postmaster: int | None  # the embedded server's postmaster pid (its CPU is the server's); None on DATABASE_URL
+
+
 @asynccontextmanager
-async def bench_database(name: str) -> AsyncIterator[str]:
-    """Yield the DSN of database ``name``, dropped and created afresh, migrated to head."""
+async def bench_database(name: str) -> AsyncIterator[BenchDatabase]:
+    """Yield database ``name``, dropped and created afresh, migrated to head."""
     server = None
     if os.environ.get("DATABASE_URL"):
         admin = os.environ["DATABASE_URL"]
@@ -43,7 +49,7 @@ async def bench_database(name: str) -> AsyncIterator[str]:
             await conn.close()
         dsn = with_database(admin, name)
         await asyncio.to_thread(migrate.upgrade, dsn)
-        yield dsn
+        yield BenchDatabase(dsn, server.postmaster_pid() if server is not None else None)
     finally:
         if server is not None:
             await asyncio.to_thread(server.detach)

@@ -42,41 +42,23 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _db import bench_database
 from _report import machine, stamp, table, write_section
-from mycelium.db import migrate
-from mycelium.db.embedded import EmbeddedPostgres
 from mycelium.db.listener import Listener
 from mycelium.db.queries import q
 from tests.support.processes import HubProcess
 from transitions import CpuProbe
-from wake import Http
+from wake import Http, tree_cpu
 
 Claim = Callable[[str, str], Awaitable[bool]]  # ("<room> <key>", handle)
 Resolve = Callable[[str, str], Awaitable[None]]
 CORES = os.cpu_count() or 1
-
-
-def process_seconds(pid: int) -> float:
-    """CPU seconds of process ``pid`` and the children it has reaped (the hub and its workers)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    total = sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-    for entry in os.scandir("/proc"):  # live workers of the hub
-        if entry.name.isdigit() and int(entry.name) != pid:
-            try:
-                with open(f"/proc/{entry.name}/stat") as f:
-                    child = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(child[1]) == pid:
-                total += (int(child[11]) + int(child[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 def pct(values: list[float], q: float) -> float:
@@ -124,7 +106,7 @@ async def one_connection(conn: asyncpg.Connection, prefix: str, n: int, claim: C
     cycle of the server, this process and the hub over the loop."""
     rows = await file_rows(conn, prefix, n, 1)
     claims, resolves = [], []
-    hub0 = process_seconds(hub_pid)
+    hub0 = tree_cpu(hub_pid)
     probe.start()
     for row in rows:
         t0 = time.perf_counter()
@@ -136,7 +118,7 @@ async def one_connection(conn: asyncpg.Connection, prefix: str, n: int, claim: C
     server_us, client_us = probe.per_cycle(n)
     return {"claim_ms": statistics.median(claims) * 1000, "resolve_ms": statistics.median(resolves) * 1000,
             "server_us": server_us if server_us is not None else float("nan"), "client_us": client_us or 0.0,
-            "hub_us": (process_seconds(hub_pid) - hub0) / n * 1e6}
+            "hub_us": (tree_cpu(hub_pid) - hub0) / n * 1e6}
 
 
 async def double_claims(conn: asyncpg.Connection, room: str) -> int:
@@ -235,19 +217,11 @@ async def read_rate(url: str, path: str, agents: int, calls: int) -> float:
 
 
 async def run(args: argparse.Namespace) -> None:
-    server = None
-    if os.environ.get("DATABASE_URL"):
-        admin = os.environ["DATABASE_URL"]
-    else:
-        server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="mycelium-bench-")))
-        admin = server.attach()
-    conn0 = await asyncpg.connect(admin)
-    await conn0.execute("DROP DATABASE IF EXISTS bench_board WITH (FORCE)")
-    await conn0.execute("CREATE DATABASE bench_board")
-    await conn0.close()
-    parts = urlsplit(admin)
-    dsn = urlunsplit((parts.scheme, parts.netloc, "/bench_board", parts.query, parts.fragment))
-    await asyncio.to_thread(migrate.upgrade, dsn)
+    async with bench_database("bench_board") as (dsn, postmaster):
+        await measure(args, dsn, postmaster)
+
+
+async def measure(args: argparse.Namespace, dsn: str, postmaster: int | None) -> None:
     conn = await asyncpg.connect(dsn)
     pool = await asyncpg.create_pool(dsn, min_size=args.pool, max_size=args.pool)  # as the hub's
     own = await asyncpg.create_pool(dsn, min_size=args.agents, max_size=args.agents)  # one per agent
@@ -260,7 +234,7 @@ async def run(args: argparse.Namespace) -> None:
     layouts = [1, args.spread] if args.spread > 1 else [1]
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
     floors: dict[str, list[float]] = {"sql": [], "http": [], "commit": [], "serial": []}
-    probe = CpuProbe(server.postmaster_pid() if server is not None else None)
+    probe = CpuProbe(postmaster)
     serial: dict[str, list[dict[str, float]]] = {}
     notices: dict[int, list[float]] = {}
     loads = [os.getloadavg()[0]]
@@ -322,11 +296,11 @@ async def run(args: argparse.Namespace) -> None:
                 for path, (claim, resolve) in paths.items():
                     prefix = f"{path}-{rooms}-{r}"
                     rows = await file_rows(conn, prefix, args.rows, rooms)
-                    hub0 = process_seconds(hub.proc.pid)
+                    hub0 = tree_cpu(hub.proc.pid)
                     probe.start()
                     res = await work(rows, args.agents, claim, resolve, r)
                     res["server_us"], res["client_us"] = probe.per_cycle(len(rows))
-                    res["hub_us"] = (process_seconds(hub.proc.pid) - hub0) / len(rows) * 1e6 if path == "http" else 0
+                    res["hub_us"] = (tree_cpu(hub.proc.pid) - hub0) / len(rows) * 1e6 if path == "http" else 0
                     res["doubles"] = sum([await double_claims(conn, f"{prefix}-{j}") for j in range(rooms)])
                     results.setdefault((path, rooms), []).append(res)
                     loads.append(os.getloadavg()[0])
@@ -347,8 +321,6 @@ async def run(args: argparse.Namespace) -> None:
         await pool.close()
         await own.close()
         await conn.close()
-        if server is not None:
-            server.detach()
 
     def med(key: tuple[str, int], field: str) -> float:
         return statistics.median(x[field] for x in results[key])

@@ -91,7 +91,7 @@ async def run(args: argparse.Namespace) -> None:
     plain = [plain_body(rng) for _ in range(n)]
     no_meta = [{} for _ in range(n)]
 
-    async with bench_database("bench_links") as dsn:
+    async with bench_database("bench_links") as (dsn, _):
         conn = await asyncpg.connect(dsn)
         await setup_connection(conn)
         rates: dict[str, list[float]] = {"on": [], "off": [], "plain_on": [], "plain_off": []}

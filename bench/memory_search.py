@@ -90,7 +90,7 @@ async def run(args: argparse.Namespace) -> None:
     texts = [f"{bases_text[b]} (note {i})" for i, b in enumerate(pick)]
     rooms = [f"room-{k}" for k in range(args.rooms)]
 
-    async with bench_database("bench_memory_search") as dsn:
+    async with bench_database("bench_memory_search") as (dsn, _):
         conn = await asyncpg.connect(dsn)
         await setup_connection(conn)
         try:

@@ -41,12 +41,12 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _db import with_database
 from _report import machine, stamp, table, write_section
 
 HERE = Path(__file__).resolve().parent
@@ -128,11 +128,6 @@ def measured(key: str, rate: float, cpu: tuple[float | None, float | None]) -> f
     return rate
 
 
-def with_database(dsn: str, name: str) -> str:
-    p = urlsplit(dsn)
-    return urlunsplit((p.scheme, p.netloc, "/" + name, p.query, p.fragment))
-
-
 # -- the variants ----------------------------------------------------------------------------------
 
 
@@ -172,11 +167,11 @@ async def sql_cycles(dsn: str, kind: str, seconds: float, agents: int = 1) -> tu
     return rate, cpu
 
 
-def one_task_tool(dsn: str) -> tuple[Any, Callable[[str], Awaitable[None]]]:
-    """A no-op KEYED_MUTATE tool under @ledger for agent 'bench', on a store of one connection."""
+def ledgered_noop(dsn: str, connections: int = 1) -> tuple[Any, Callable[[str], Awaitable[None]]]:
+    """A no-op KEYED_MUTATE tool under @ledger for agent 'bench', on a store of that many connections."""
     from mycelium import ActionLedger, PostgresLedgerStorage, SideEffectClass, ToolTransitionBinding, ledger
 
-    store = PostgresLedgerStorage(dsn, min_size=1, max_size=1)
+    store = PostgresLedgerStorage(dsn, min_size=connections, max_size=connections)
     led = ActionLedger(store, agent_id="bench", policy_version="v1")
     binding = ToolTransitionBinding.for_tool(side_effect_class=SideEffectClass.KEYED_MUTATE)
 
@@ -193,7 +188,7 @@ async def one_connection(dsn: str, kind: str, seconds: float) -> tuple[float, tu
     statements; gate: the two verbs (one agent); sdk: one @ledger task on a store of one connection."""
     tag, lat = uuid.uuid4().hex[:10], []
     if kind == "sdk":
-        store, noop = one_task_tool(dsn)
+        store, noop = ledgered_noop(dsn)
 
         async def cycle(rid: str) -> None:
             await noop(rid)
@@ -226,16 +221,7 @@ async def one_connection(dsn: str, kind: str, seconds: float) -> tuple[float, tu
 
 
 async def sdk_async_cycles(dsn: str, seconds: float) -> tuple[float, tuple]:
-    from mycelium import ActionLedger, PostgresLedgerStorage, SideEffectClass, ToolTransitionBinding, ledger
-
-    store = PostgresLedgerStorage(dsn, min_size=WORKERS, max_size=WORKERS)
-    led = ActionLedger(store, agent_id="bench", policy_version="v1")
-    binding = ToolTransitionBinding.for_tool(side_effect_class=SideEffectClass.KEYED_MUTATE)
-
-    @ledger(action_ledger=led, transition_binding=binding)
-    async def noop(key: str) -> None:
-        return None
-
+    store, noop = ledgered_noop(dsn, WORKERS)
     await noop("warm-" + uuid.uuid4().hex)
     tag, counts = uuid.uuid4().hex[:10], [0] * WORKERS
 
@@ -300,7 +286,7 @@ def sdk_thread_cycles(dsn: str, seconds: float) -> tuple[float, tuple]:
 
 async def sdk_worker(dsn: str, tag: str, start_at: float, seconds: float) -> int:
     """One of 8 OS processes, each one @ledger task on a pool of 1 (the layout upstream's best run uses)."""
-    store, noop = one_task_tool(dsn)
+    store, noop = ledgered_noop(dsn)
     await noop(f"warm-{tag}")
     await asyncio.sleep(max(0.0, start_at - time.time()))
     deadline, i = time.perf_counter() + seconds, 0

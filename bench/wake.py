@@ -28,15 +28,14 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit
 
 import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _db import bench_database
 from _report import machine, stamp, table, write_section
-from mycelium.db import migrate
-from mycelium.db.embedded import EmbeddedPostgres
 from mycelium.db.pool import setup_connection
 from mycelium.db.queries import q
 from tests.support.processes import HubProcess
@@ -79,11 +78,6 @@ def tree_cpu(root: int) -> float:
         total += sum(int(x) for x in fields[11:15 if pid == root else 13]) / _TICK
         todo.extend(child for child, parent in parents.items() if parent == pid)
     return total
-
-
-def own_cpu() -> float:
-    usage = os.times()
-    return usage.user + usage.system
 
 
 class Http:
@@ -195,10 +189,10 @@ async def wake_run(url: str, conn: asyncpg.Pool, rate: float, seconds: float, ag
         assert status == 201, body
 
     hub_pid, pg_pid = cpu_roots
-    before = (tree_cpu(hub_pid) if hub_pid else 0.0, tree_cpu(pg_pid) if pg_pid else 0.0, own_cpu())
+    before = (tree_cpu(hub_pid) if hub_pid else 0.0, tree_cpu(pg_pid) if pg_pid else 0.0, time.process_time())
     achieved = await offer(rate, seconds, send)
     await asyncio.wait_for(all_in.wait(), timeout=60)
-    after = (tree_cpu(hub_pid) if hub_pid else 0.0, tree_cpu(pg_pid) if pg_pid else 0.0, own_cpu())
+    after = (tree_cpu(hub_pid) if hub_pid else 0.0, tree_cpu(pg_pid) if pg_pid else 0.0, time.process_time())
     stop = True
     for w in waiting:
         w.cancel()
@@ -289,27 +283,17 @@ async def _timed(backend: int, n: int, step: Callable[[int], Awaitable[None]]) -
 
 
 async def run(args: argparse.Namespace) -> None:
-    server = None
-    if os.environ.get("DATABASE_URL"):
-        admin = os.environ["DATABASE_URL"]
-    else:
-        server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="mycelium-bench-")))
-        admin = server.attach()
-    conn0 = await asyncpg.connect(admin)
-    await conn0.execute("DROP DATABASE IF EXISTS bench_wake WITH (FORCE)")
-    await conn0.execute("CREATE DATABASE bench_wake")
-    await conn0.close()
-    parts = urlsplit(admin)
-    dsn = urlunsplit((parts.scheme, parts.netloc, "/bench_wake", parts.query, parts.fragment))
-    await asyncio.to_thread(migrate.upgrade, dsn)
+    async with bench_database("bench_wake") as (dsn, postmaster):
+        await measure(args, dsn, postmaster)
+
+
+async def measure(args: argparse.Namespace, dsn: str, postmaster: int | None) -> None:
     conn = await asyncpg.create_pool(dsn, min_size=8, max_size=8)
     for i in range(max(args.spread, 1)):
         await conn.execute("SELECT mycelium.create_room($1)", room_name(i))
     hub = HubProcess(data_dir=Path(tempfile.mkdtemp(prefix="mycelium-bench-hub-")) / "data", database_url=dsn,
                      extra=["--no-mirror", "--log-level", "warning", "--workers", str(args.workers)],
                      env={"MYCELIUM_POOL_MAX_SIZE": "20", "MYCELIUM_POOL_MIN_SIZE": "10"})
-    postmaster = (int((server.pgdata / "postmaster.pid").read_text().split()[0])
-                  if server is not None else None)
     paths: list[tuple[str, str, int]] = [
         ("LISTEN/NOTIFY round trip (the limit)", "notify", 1),
         ("POST /messages -> await returns, one room", "http", 1),
@@ -346,8 +330,6 @@ async def run(args: argparse.Namespace) -> None:
     finally:
         hub.stop()
         await conn.close()
-        if server is not None:
-            server.detach()
 
     def cpu(runs: list[dict[str, float]]) -> str:
         if "cpu_hub" not in runs[0] or postmaster is None:
