@@ -78,9 +78,6 @@ $$;
 CREATE FUNCTION mycelium.board_handle_problem(p_handle text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE h text := mycelium.board_handle(p_handle);
 BEGIN
-  IF h ~ '^[a-z0-9][a-z0-9_-]{0,63}$' THEN
-    RETURN NULL;  -- a valid handle: one match
-  END IF;
   RETURN CASE
     WHEN h IS NULL OR h = '' THEN 'blank'
     WHEN length(h) > 64 THEN 'too_long'

@@ -26,32 +26,16 @@ BEGIN
      OR p_payload_type IN ('presence', 'keepalive', 'ping', 'notice') THEN
     RETURN '{}';
   END IF;
-  IF strpos(p_content, '@') = 0 THEN
-    -- names nobody: the recipients alone, each once in the order given (no query to plan and run)
-    me := mycelium.normalize_handle(p_sender);
-    FOREACH given IN ARRAY coalesce(p_recipients, '{}') LOOP
-      one := mycelium.normalize_handle(given);
-      IF one <> '' AND one <> me AND NOT (one = ANY (woken)) THEN
-        woken := woken || one;
-      END IF;
-    END LOOP;
-    RETURN woken;
-  END IF;
-  RETURN coalesce((
-    SELECT array_agg(h ORDER BY first_seen)
-    FROM (
-      SELECT h, min(o) AS first_seen
-      FROM (
-        SELECT mycelium.normalize_handle(r) AS h, o
-        FROM unnest(p_recipients) WITH ORDINALITY AS r (r, o)
-        UNION ALL
-        SELECT m.handle, 1000000 + m.first_seen
-        FROM mycelium.mentions_in(p_content) m WHERE NOT m.silent
-      ) named
-      WHERE h <> '' AND h <> mycelium.normalize_handle(p_sender)
-      GROUP BY h
-    ) addressed
-  ), '{}'::text[]);
+  -- the recipients in the order given, then the loud mentions in the order first seen; each once,
+  -- never the sender (a loop, no query to plan and run)
+  me := mycelium.normalize_handle(p_sender);
+  FOREACH given IN ARRAY coalesce(p_recipients, '{}') || mycelium.loud_mentions(p_content) LOOP
+    one := mycelium.normalize_handle(given);
+    IF one <> '' AND one <> me AND NOT (one = ANY (woken)) THEN
+      woken := woken || one;
+    END IF;
+  END LOOP;
+  RETURN woken;
 END
 $$;
 COMMENT ON FUNCTION mycelium.message_wakes IS

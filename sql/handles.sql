@@ -59,16 +59,23 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- p_raw normalised, or a 422 refusal naming what is wrong (p_what says which handle it is).
+-- (A valid handle costs one normalisation and one match; only a bad one is examined further.)
 CREATE FUNCTION mycelium.require_handle(p_raw text, p_what text DEFAULT 'handle') RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE problem text := mycelium.handle_problem(p_raw);
+DECLARE
+  h text := mycelium.normalize_handle(p_raw);
+  problem text;
 BEGIN
+  IF h ~ '^[a-z0-9][a-z0-9_-]{0,63}$' THEN
+    RETURN h;
+  END IF;
+  problem := mycelium.handle_problem(p_raw);
   IF problem IS NOT NULL THEN
     PERFORM mycelium.refuse(422, 'invalid_handle',
       format('%s: %s (got %L)', p_what, mycelium.handle_problem_sentence(problem), coalesce(p_raw, '')),
       jsonb_build_object('field', p_what, 'problem', problem, 'handle', p_raw));
   END IF;
-  RETURN mycelium.normalize_handle(p_raw);
+  RETURN h;
 END
 $$;
 

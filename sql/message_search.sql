@@ -142,10 +142,10 @@ BEGIN
     IF FOUND THEN
       PERFORM mycelium.index_message(original, NEW.content, NEW.created_at, mycelium.named_handles(NEW.content));
     END IF;
-  ELSIF cardinality(NEW.mentions) + cardinality(NEW.silent_mentions) = 0 THEN
-    PERFORM mycelium.index_message(NEW, NEW.content, NULL, '{}');
   ELSE
-    PERFORM mycelium.index_message(NEW, NEW.content, NULL, mycelium.named_handles(NEW.content));
+    PERFORM mycelium.index_message(NEW, NEW.content, NULL,
+      CASE WHEN cardinality(NEW.mentions) + cardinality(NEW.silent_mentions) = 0 THEN '{}'
+           ELSE mycelium.named_handles(NEW.content) END);
   END IF;
   RETURN NULL;
 END
