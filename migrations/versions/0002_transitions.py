@@ -35,7 +35,8 @@ def downgrade() -> None:
           'lease_end', 'claim_transition', 'renew_lease', 'advance_boundary', 'record_external_operation',
           'complete', 'fail', 'mark_outcome', 'mark_unknown', 'mark_blocked', 'repair',
           'apply_reconcile_result', 'release', 'mark_worker_dead',
-          'receipt_ts', 'receipt_preimage', 'receipt_hash', 'receipts_before_insert',
+          'receipt_ts', 'receipt_preimage', 'receipt_preimage_before_seq', 'receipt_preimage_after_seq',
+          'receipt_seq_field', 'receipt_hash', 'receipts_before_insert',
           'receipts_append_only', 'transitions_receipt', 'register_receipt_key',
           'retire_receipt_keys', 'unsigned_receipt_batch', 'sign_receipts', 'verify_receipt_chain']);
         FOREACH sig IN ARRAY coalesce(sigs, '{}') LOOP
