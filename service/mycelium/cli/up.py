@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
-from mycelium.hub import Hub
 from mycelium.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from mycelium.db.embedded import EmbeddedPostgres
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -26,15 +28,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-def _announce(hub: Hub, host: str, port: int) -> None:
-    lines = [f"mycelium hub on http://{host}:{port}  (health: http://{host}:{port}/health)"]
-    if hub.embedded is not None:
-        lines.append(f"embedded PostgreSQL in {hub.embedded.pgdata}")
-        lines.append(f"psql:  mycelium db psql   (or: {' '.join(hub.embedded.psql_command())})")
+def _announce(settings: Settings, embedded: EmbeddedPostgres | None, workers: int = 1) -> None:
+    host, port = settings.host, settings.port
+    processes = f"{workers} worker processes; " if workers > 1 else ""
+    lines = [f"mycelium hub on http://{host}:{port}  ({processes}health: http://{host}:{port}/health)"]
+    if embedded is not None:
+        lines.append(f"embedded PostgreSQL in {embedded.pgdata}")
+        lines.append(f"psql:  mycelium db psql   (or: {' '.join(embedded.psql_command())})")
     else:
         lines.append("database: the server at DATABASE_URL;  psql:  mycelium db psql")
-    lines.append(f"markdown mirror: {hub.settings.resolved_data_dir() / 'rooms'}"
-                 if hub.settings.mirror else "markdown mirror: off")
+    lines.append(f"markdown mirror: {settings.resolved_data_dir() / 'rooms'}"
+                 if settings.mirror else "markdown mirror: off")
     print("\n".join(lines), flush=True)
 
 
@@ -56,9 +60,9 @@ def run(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"mirror": False})
     settings.resolved_data_dir().mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    if getattr(args, "workers", 1) > 1:
+    if args.workers > 1:
         return _run_workers(settings, args.workers, args.log_level)
-    app = create_app(settings, on_ready=lambda hub: _announce(hub, settings.host, settings.port))
+    app = create_app(settings, on_ready=lambda hub: _announce(hub.settings, hub.embedded))
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
                             lifespan="on", access_log=False,
                             timeout_graceful_shutdown=5)  # long polls must not hold a stop
@@ -92,10 +96,7 @@ def _run_workers(settings: Settings, workers: int, log_level: str) -> int:
             "MYCELIUM_MIRROR": str(settings.mirror).lower(),
             "MYCELIUM_HOST": settings.host, "MYCELIUM_PORT": str(settings.port),
         })
-        print(f"mycelium hub on http://{settings.host}:{settings.port}  ({workers} worker processes; "
-              f"health: http://{settings.host}:{settings.port}/health)", flush=True)
-        if embedded is not None:
-            print(f"embedded PostgreSQL in {embedded.pgdata}", flush=True)
+        _announce(settings, embedded, workers)
         uvicorn.run("mycelium.api.app:create_app", factory=True, host=settings.host, port=settings.port,
                     workers=workers, log_level=log_level, lifespan="on", access_log=False,
                     timeout_graceful_shutdown=5)
@@ -103,6 +104,3 @@ def _run_workers(settings: Settings, workers: int, log_level: str) -> int:
         if embedded is not None:
             embedded.detach()
     return 0
-
-if __name__ == "__main__":
-    sys.exit(run(argparse.Namespace()))
