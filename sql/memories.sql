@@ -19,10 +19,12 @@
 
 -- Returns p_passthrough unchanged, so a call can wrap a verb's first argument: arguments are
 -- evaluated before the verb runs, so the setting is in place before any trigger fires.
+-- (set_config assigned, not PERFORMed: an assignment is a simple expression, a PERFORM a query.)
 CREATE FUNCTION mycelium.defer_wakes(p_passthrough text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE done text;
 BEGIN
-  PERFORM set_config('mycelium.defer_wake', 'on', true);
-  PERFORM set_config('mycelium.wake_hints', '', true);
+  done := set_config('mycelium.defer_wake', 'on', true);
+  done := set_config('mycelium.wake_hints', '', true);
   RETURN p_passthrough;
 END
 $$;
@@ -33,7 +35,7 @@ DECLARE kept text;
 BEGIN
   IF current_setting('mycelium.defer_wake', true) = 'on' THEN
     kept := current_setting('mycelium.wake_hints', true);
-    PERFORM set_config('mycelium.wake_hints',
+    kept := set_config('mycelium.wake_hints',
       CASE WHEN coalesce(kept, '') = '' THEN '' ELSE kept || E'\n' END || p_channel || E'\t' || p_payload, true);
   ELSE
     PERFORM pg_notify(p_channel, p_payload);

@@ -202,12 +202,12 @@ DECLARE
                       AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution;
 BEGIN
   INSERT INTO mycelium.receipts (
-    id, receipt_id, agent_id, seq, kind, action, request_id, transition_key, side_effect_class, policy_version,
+    id, agent_id, seq, kind, action, request_id, transition_key, side_effect_class, policy_version,
     inputs_hash, outputs_hash, outcome, boundary, fence, external_operation_ref, error, verified,
     resolved_by, resolution_reason, started_at, finished_at, hash)
   OVERRIDING SYSTEM VALUE
   VALUES (
-    substr(NEW.receipt_ref, 6)::bigint, NEW.receipt_ref, NEW.agent_id, 1,
+    substr(NEW.receipt_ref, 6)::bigint, NEW.agent_id, 1,
     CASE WHEN released THEN 'release' ELSE NEW.kind END, NEW.tool,
     NEW.request_id, NEW.transition_key, NEW.side_effect_class, NEW.policy_version, NEW.args_hash,
     CASE WHEN NEW.result IS NOT NULL THEN encode(sha256(convert_to(NEW.result::text, 'UTF8')), 'hex') END,
