@@ -222,12 +222,24 @@ BEGIN
 END
 $$;
 
--- (Only a write that raises a notice reads the row's title and thread, in one statement, and posts
--- the notice directly: this runs on every lease write.)
+-- (Only a write that raises a notice reads the row, once: its title and thread for the notice and,
+-- for a resolve, whether anything depends on it; the notice is posted directly. This runs on every
+-- lease write.)
+--
+-- A resolve settles the row: its dependents that now wait on nothing hear `unblocked`, once per
+-- statement however many of their prerequisites the statement settled. A resolve that something
+-- depends on is noted (room, key, who) in a transaction-local setting; the statement trigger below
+-- raises the notices for everything noted and clears it, and returns at once when nothing was (a
+-- claim, release or renew, a row nothing waits on), so no other write pays for transition tables or
+-- a query. A row settled by its status already unblocked its dependents then.
 CREATE FUNCTION mycelium.assignments_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   title text;
   thread text;
+  waited_on boolean;
+  subkind text;
+  extra jsonb;
+  noted text;
   by_handle text := mycelium.actor();
 BEGIN
   PERFORM mycelium.wake_hint('mycelium_board', NEW.room);
@@ -236,56 +248,34 @@ BEGIN
     PERFORM mycelium.announce_expiry(OLD, by_handle);
   END IF;
   IF NEW.state = 'held' AND (TG_OP = 'INSERT' OR NEW.claim_id IS DISTINCT FROM OLD.claim_id) THEN
-    SELECT mycelium.memory_title(m.value, m.meta), m.episode INTO title, thread
-    FROM mycelium.memories m WHERE m.room = NEW.room AND m.key = NEW.key;
-    PERFORM mycelium.post_notice(NEW.room, 'claimed', NEW.key, jsonb_build_object(
-      'title', title, 'episode', thread, 'by', NEW.owner, 'ttl_minutes', NEW.ttl_minutes));
+    subkind := 'claimed';
+    extra := jsonb_build_object('by', NEW.owner, 'ttl_minutes', NEW.ttl_minutes);
   ELSIF NEW.state <> 'held' AND (TG_OP = 'INSERT' OR NEW.state <> OLD.state) THEN
-    SELECT mycelium.memory_title(m.value, m.meta), m.episode INTO title, thread
-    FROM mycelium.memories m WHERE m.room = NEW.room AND m.key = NEW.key;
-    PERFORM mycelium.post_notice(NEW.room, NEW.state, NEW.key, jsonb_build_object(
-      'title', title, 'episode', thread, 'by', coalesce(NEW.note_by, by_handle), 'note', NEW.note));
+    subkind := NEW.state;
+    extra := jsonb_build_object('by', coalesce(NEW.note_by, by_handle), 'note', NEW.note);
+  ELSE
+    RETURN NULL;
+  END IF;
+  SELECT mycelium.memory_title(m.value, m.meta), m.episode,
+         CASE WHEN NEW.state = 'resolved' THEN NOT mycelium.row_settled(m.meta, NULL) AND EXISTS (
+           SELECT 1 FROM mycelium.memory_links l
+           WHERE l.room = m.room AND l.target = m.key AND l.kind = 'relation' AND l.relation = 'depends-on'
+             AND l.cross_room IS NULL) END
+  INTO title, thread, waited_on
+  FROM mycelium.memories m WHERE m.room = NEW.room AND m.key = NEW.key;
+  PERFORM mycelium.post_notice(NEW.room, subkind, NEW.key,
+                               jsonb_build_object('title', title, 'episode', thread) || extra);
+  IF coalesce(waited_on, false) THEN
+    noted := nullif(current_setting('mycelium.settled_leases', true), '');
+    noted := set_config('mycelium.settled_leases',
+      (coalesce(noted::jsonb, '[]') || jsonb_build_array(jsonb_build_array(
+        NEW.room, NEW.key, coalesce(NEW.note_by, NEW.updated_by))))::text, true);
   END IF;
   RETURN NULL;
 END
 $$;
 CREATE TRIGGER assignments_after_write AFTER INSERT OR UPDATE ON mycelium.assignments
   FOR EACH ROW EXECUTE FUNCTION mycelium.assignments_after_write();
-
--- A resolve settles the row: its dependents that now wait on nothing hear `unblocked`, once per
--- statement however many of their prerequisites the statement settled. A row trigger that fires
--- only on a resolve notes the settled row (room, key, who) in a transaction-local setting when
--- something depends on it; the statement trigger raises the notices for everything noted and clears
--- it, and returns at once when nothing was (a claim, release or renew, a row nothing waits on), so
--- no other write pays for transition tables or a query.
-CREATE FUNCTION mycelium.assignments_note_settled() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-  noted text;
-  waited_on boolean;
-BEGIN
-  -- a row settled by its status already unblocked its dependents then; a row nothing depends on
-  -- has none to unblock
-  SELECT NOT mycelium.row_settled(m.meta, NULL) AND EXISTS (
-           SELECT 1 FROM mycelium.memory_links l
-           WHERE l.room = m.room AND l.target = m.key AND l.kind = 'relation' AND l.relation = 'depends-on'
-             AND l.cross_room IS NULL)
-  INTO waited_on
-  FROM mycelium.memories m WHERE m.room = NEW.room AND m.key = NEW.key;
-  IF NOT coalesce(waited_on, false) THEN
-    RETURN NULL;
-  END IF;
-  noted := nullif(current_setting('mycelium.settled_leases', true), '');
-  PERFORM set_config('mycelium.settled_leases',
-    (coalesce(noted::jsonb, '[]') || jsonb_build_array(jsonb_build_array(
-      NEW.room, NEW.key, coalesce(NEW.note_by, NEW.updated_by))))::text, true);
-  RETURN NULL;
-END
-$$;
-CREATE TRIGGER assignments_settled_ins AFTER INSERT ON mycelium.assignments
-  FOR EACH ROW WHEN (NEW.state = 'resolved') EXECUTE FUNCTION mycelium.assignments_note_settled();
-CREATE TRIGGER assignments_settled_upd AFTER UPDATE OF state ON mycelium.assignments
-  FOR EACH ROW WHEN (NEW.state = 'resolved' AND OLD.state <> 'resolved')
-  EXECUTE FUNCTION mycelium.assignments_note_settled();
 
 CREATE FUNCTION mycelium.assignments_raise_unblocked() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
