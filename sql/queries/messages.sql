@@ -62,8 +62,3 @@ ORDER BY h.position, n.position
 
 -- name: timeline_rows
 SELECT * FROM mycelium.timeline WHERE room = $1 AND position = ANY($2::bigint[])
-
--- name: searchable_messages
--- what a search looks through: the room's documents of the types in scope, not expired
-SELECT count(*) FROM mycelium.message_search
-WHERE room = $1 AND NOT (type_value = ANY($2::text[])) AND (expires_at IS NULL OR expires_at > now())

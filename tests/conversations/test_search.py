@@ -182,3 +182,13 @@ async def test_bad_search_requests_get_4xx(client, seeded):
     assert (await client.get("/api/rooms/atlas/messages/search", params={"limit": 0})).status_code == 422
     r = await client.get("/api/rooms/atlas/messages/search", params={"q": "", "cursor": "garbage"})
     assert r.status_code == 422 and r.json()["error"] == "invalid_cursor"
+
+
+async def test_scanned_counts_what_the_search_looks_through_and_total_what_matched(client, seeded, admin_conn):
+    prose = await search(client, "apple")
+    assert (prose["total"], prose["scanned"]) == (2, 4)  # pings and notices are not looked through
+    notices = await admin_conn.fetchval(
+        "SELECT count(*) FROM mycelium.message_search WHERE room = 'atlas' AND type_value = 'notice'")
+    assert notices > 0
+    named = await search(client, "type:notice")
+    assert (named["total"], named["scanned"]) == (notices, 4 + notices)

@@ -248,13 +248,15 @@ async def search_messages(
         scope_types = [t for t in NOT_PROSE if t not in query.named_types]
         bound = and_(memories.c.room == docs.c.room, memories.c.episode == docs.c.episode)
         title = func.mycelium.memory_title(memories.c.value, memories.c.meta, type_=Text)
+        # what a search looks through: the room's documents of the types in scope, not expired
+        in_scope = (docs.c.room == room,
+                    docs.c.type_value.not_in(scope_types) if scope_types else true(),
+                    or_(docs.c.expires_at.is_(None), docs.c.expires_at > func.now()))
         base = (
             select(*docs.c, memories.c.key.label("task_key"), title.label("task_title"),
                    text_score(query, docs.c.lowered).label("score"))
             .select_from(docs.outerjoin(memories, bound))
-            .where(docs.c.room == room, *text_matches(query, docs.c.lowered))
-            .where(docs.c.type_value.not_in(scope_types) if scope_types else true())
-            .where(or_(docs.c.expires_at.is_(None), docs.c.expires_at > func.now()))
+            .where(*in_scope, *text_matches(query, docs.c.lowered))
             .cte("base")
         )
         c = base.c
@@ -267,9 +269,10 @@ async def search_messages(
         field_preds = {name: field_predicate(c, clauses) for name, clauses in by_field.items()}
         matches = and_(true(), *common, *field_preds.values())
 
-        counts_sql, counts_args = compile_sql(select(func.count().filter(matches)).select_from(base))
-        total = await conn.fetchval(counts_sql, *counts_args)
-        scanned = await conn.fetchval(q("searchable_messages"), room, scope_types)
+        scanned_in_scope = select(func.count()).select_from(docs).where(*in_scope).scalar_subquery()
+        counts_sql, counts_args = compile_sql(
+            select(func.count().filter(matches), scanned_in_scope).select_from(base))
+        total, scanned = await conn.fetchrow(counts_sql, *counts_args)
 
         hits_stmt = select(*c).where(matches)
         if query.sort == "relevance":
