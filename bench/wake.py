@@ -238,13 +238,16 @@ async def one_connection(dsn: str, n: int, run: int) -> dict[str, tuple[float, f
     insert as the floor of any synchronous commit. Per call: server CPU of that backend (us), this
     client's CPU (us), median latency (ms)."""
     conn = await asyncpg.connect(dsn)
-    await setup_connection(conn, "mycelium_app")
     backend = conn.get_server_pid()
     room, table = f"floor-{run}", f"public.commit_floor_{run}"
+
+    async def commit(_i: int) -> None:
+        await conn.execute(f"INSERT INTO {table} VALUES (1)")
+
+    await conn.execute(f"CREATE TABLE {table} (x int)")  # the owner's, timed before becoming the app
+    out = {"commit": await _timed(backend, n, commit)}
+    await setup_connection(conn, "mycelium_app")
     await conn.execute("SELECT mycelium.create_room($1)", room)
-    await conn.execute("RESET ROLE")
-    await conn.execute(f"CREATE TABLE {table} (x int)")
-    await conn.execute('SET ROLE "mycelium_app"')
     handles = [f"f{i}" for i in range(64)]
     post, take = q("post_message"), q("take_next")
 
@@ -255,17 +258,9 @@ async def one_connection(dsn: str, n: int, run: int) -> dict[str, tuple[float, f
     async def look(i: int) -> None:
         await conn.fetchrow(take, room, handles[i % 64], None, 5.0)
 
-    async def commit(_i: int) -> None:
-        await conn.execute(f"INSERT INTO {table} VALUES (1)")
-
     for i in range(200):  # warm the plans and caches; every handle has a cursor
         await send(i)
         await look(i)
-    out = {}
-    await conn.execute("RESET ROLE")  # the floor table is the owner's
-    for label, step in (("commit", commit),):
-        out[label] = await _timed(backend, n, step)
-    await conn.execute('SET ROLE "mycelium_app"')
     for label, step in (("post", send), ("take", look), ("empty_take", look)):
         out[label] = await _timed(backend, n, step)
     await conn.close()
