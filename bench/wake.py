@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +39,7 @@ from _db import bench_database
 from _report import machine, stamp, table, write_section
 from mycelium.db.pool import setup_connection
 from mycelium.db.queries import q
-from tests.support.processes import HubProcess
+from tests.support.processes import HubProcess, free_port
 
 
 def room_name(i: int) -> str:
@@ -277,6 +278,34 @@ async def _timed(backend: int, n: int, step: Callable[[int], Awaitable[None]]) -
             statistics.median(latencies) * 1000)
 
 
+class FloorProcess:
+    """``bench/wake_floor.py``: the bare stack serving the same routes, in a process of its own."""
+
+    def __init__(self, dsn: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        script = Path(__file__).resolve().parent / "wake_floor.py"
+        self.proc = subprocess.Popen([sys.executable, str(script), "--database-url", dsn, "--port", str(self.port)])
+
+    async def wait_ready(self) -> None:
+        for _ in range(600):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the bare stack exited with {self.proc.returncode}")
+            try:
+                status, _ = await Http("127.0.0.1", self.port).request("GET", "/health")
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            await asyncio.sleep(0.1)
+        raise TimeoutError("the bare stack did not answer /health")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
 async def run(args: argparse.Namespace) -> None:
     async with bench_database("bench_wake") as (dsn, postmaster):
         await measure(args, dsn, postmaster)
@@ -289,8 +318,10 @@ async def measure(args: argparse.Namespace, dsn: str, postmaster: int | None) ->
     hub = HubProcess(data_dir=Path(tempfile.mkdtemp(prefix="mycelium-bench-hub-")) / "data", database_url=dsn,
                      extra=["--no-mirror", "--log-level", "warning", "--workers", str(args.workers)],
                      env={"MYCELIUM_POOL_MAX_SIZE": "20", "MYCELIUM_POOL_MIN_SIZE": "10"})
+    floor = FloorProcess(dsn)
     paths: list[tuple[str, str, int]] = [
         ("LISTEN/NOTIFY round trip (the limit)", "notify", 1),
+        ("bare stack: Litestar + uvicorn + asyncpg, one INSERT + NOTIFY, one cursor UPDATE", "floor", 1),
         ("POST /messages -> await returns, one room", "http", 1),
         ("post_message in SQL -> await returns, one room", "sql", 1),
     ]
@@ -300,13 +331,18 @@ async def measure(args: argparse.Namespace, dsn: str, postmaster: int | None) ->
     loads = [os.getloadavg()[0]]
     try:
         hub.wait_ready()
+        await floor.wait_ready()
         await wake_run(hub.url, conn, 100, 1, args.agents, False, "warm")  # warm the pool and caches
+        await wake_run(floor.url, conn, 100, 1, args.agents, False, "warm")
         for run_no in range(args.runs):
             for rate in args.rates:
                 for _, path, rooms in paths:
                     tag = f"r{run_no}x{int(rate)}{path}{rooms}"
                     if path == "notify":
                         outcome = await notify_run(dsn, rate, args.seconds)
+                    elif path == "floor":
+                        outcome = await wake_run(floor.url, conn, rate, args.seconds, args.agents, False, tag,
+                                                 rooms, (floor.proc.pid, postmaster))
                     else:
                         outcome = await wake_run(hub.url, conn, rate, args.seconds, args.agents, path == "sql",
                                                  tag, rooms, (hub.proc.pid, postmaster))
@@ -318,12 +354,14 @@ async def measure(args: argparse.Namespace, dsn: str, postmaster: int | None) ->
                           f"{outcome.get('cpu_hub', 0):.2f} pg {outcome.get('cpu_pg', 0):.2f} "
                           f"client {outcome.get('cpu_client', 0):.2f})", flush=True)
         hub.stop()
+        floor.stop()
         floors = [await one_connection(dsn, args.floor_calls, r) for r in range(args.runs)]
         for f in floors:
             print("one connection: " + ", ".join(f"{k} {v[0]:.0f} us server / {v[1]:.0f} us client / {v[2]:.2f} ms"
                                                  for k, v in f.items()), flush=True)
     finally:
         hub.stop()
+        floor.stop()
         await conn.close()
 
     def cpu(runs: list[dict[str, float]]) -> str:
@@ -361,6 +399,14 @@ async def measure(args: argparse.Namespace, dsn: str, postmaster: int | None) ->
         "",
         table(["path", "offered", "achieved", "p50 ms", "p99 ms", "p99 per run ms",
                "CPU ms per message (hub / PostgreSQL / client)"], rows),
+        "",
+        "The bare stack row (`bench/wake_floor.py`) runs the same client and workload against a minimal "
+        "Litestar app served as `mycelium up` serves the hub (uvicorn with uvloop and httptools, an asyncpg pool "
+        "of 20, one LISTEN connection fanning out in-process): the POST is one INSERT into a bare table with a "
+        "pg_notify in the same statement, the await one UPDATE of the handle's cursor RETURNING the next row, "
+        "waiting on an in-process event when there is none; no write gate, search document, mentions or "
+        "presence. Its first CPU figure is that process's. It is what this stack carries on these cores; the "
+        "hub's rows read against it.",
         "",
         "Targets: p50 <= 5 ms and p99 <= 25 ms at 100/s; p99 <= 50 ms at 1,000/s (HTTP rows). A saturated row "
         "could not take the offered rate: its latency is queueing time and grows with the run's length.",
