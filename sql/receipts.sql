@@ -1,10 +1,18 @@
--- Receipts: an auditable, per-agent hash chain of every terminal transition and every release.
+-- Receipts: an auditable hash chain, per agent and lane, of every terminal transition and every release.
 --
+--   * lanes: one agent's receipts form RECEIPT_LANES (= 32) parallel chains, keyed (agent_id, lane).
+--     Appends to one chain are serialised (each waits for the previous append's commit), so a single
+--     chain per agent capped a fleet of workers sharing one agent id at one chain's commit rate. The
+--     lane is a stable hash of the request id (receipt_lane_of: the low bits of hashtextextended, the
+--     function hash partitioning relies on), so every receipt of one transition (its completion, a
+--     later release) lands in one lane. The lane is stored on every receipt and is part of its
+--     preimage, so the lane count can change later without breaking a chain, and a receipt cannot be
+--     moved to another lane unnoticed;
 --   * a receipt is appended by the database in the statement that makes a transition terminal (or
 --     releases it), so no terminal outcome exists without its receipt. The guard mints the receipt's
 --     id into the row (receipt_ref) and an AFTER trigger appends it once the row itself is written, so
 --     the chain's lock is taken as late as possible and held only through the commit;
---   * the chain is computed here on insert: hash = sha256(prev_hash_hex || '\n' || preimage), where
+--   * each chain is computed here on insert: hash = sha256(prev_hash_hex || '\n' || preimage), where
 --     the preimage is a length-prefixed rendering of the receipt's fields (receipt_preimage below;
 --     mycelium/ledger/receipts.py renders the same bytes offline);
 --   * receipts and their signatures are append-only, even for the table owner (UPDATE, DELETE and
@@ -13,17 +21,26 @@
 --   * PostgreSQL cannot sign with Ed25519: the hub signs each receipt's hash as it appears (key id
 --     recorded, public keys in receipt_keys). What waits for a signature is derived, not queued: one
 --     chain's receipts become visible in seq order (an append waits for the previous one's commit),
---     so the receipts past an agent's signed-through mark are its unsigned ones. The verifier reports
+--     so the receipts past a chain's (agent and lane) signed-through mark are its unsigned ones. The verifier reports
 --     every receipt without a signature, so none stays unsigned silently. (No NOTIFY here: it would
 --     serialise every commit on the notify queue; the signer polls.)
 
 CREATE DOMAIN mycelium.receipt_kind AS text CHECK (VALUE IN ('tool', 'task', 'release'));
 CREATE DOMAIN mycelium.receipt_seq AS bigint CHECK (VALUE >= 1);
+CREATE DOMAIN mycelium.receipt_lane AS smallint CHECK (VALUE >= 0);
+
+-- The lane of a request id: RECEIPT_LANES = 32 (a power of two: the hash's low five bits). Raising it
+-- later is safe: receipts already written keep their stored lane, and a release finds the lane of the
+-- transition's earlier receipt (transitions_receipt).
+CREATE FUNCTION mycelium.receipt_lane_of(p_request_id text) RETURNS smallint LANGUAGE sql IMMUTABLE AS $$
+  SELECT (hashtextextended(p_request_id, 0) & 31)::smallint
+$$;
 
 CREATE TABLE mycelium.receipts (
   id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   receipt_id text NOT NULL CONSTRAINT receipt_id_is_rcpt_id CHECK (receipt_id = 'rcpt-' || id::text),
   agent_id text NOT NULL,
+  lane mycelium.receipt_lane NOT NULL,
   seq mycelium.receipt_seq NOT NULL,
   kind mycelium.receipt_kind NOT NULL,
   action text NOT NULL,
@@ -46,22 +63,24 @@ CREATE TABLE mycelium.receipts (
   recorded_at timestamptz NOT NULL DEFAULT now(),
   prev_hash bytea,
   hash bytea NOT NULL,
-  UNIQUE (agent_id, seq)
+  UNIQUE (agent_id, lane, seq)
 );
 
--- Indexes: the id (exports page by it, signatures refer to it) and (agent_id, seq) (one chain in
+-- Indexes: the id (exports page by it, signatures refer to it) and (agent_id, lane, seq) (one chain in
 -- order: the verifier and the signer walk it). Nothing reads receipts by request id (a transition
 -- points at its latest receipt through receipt_ref), so no third index is kept up on every append.
 COMMENT ON TABLE mycelium.receipts IS
-  'Append-only per-agent hash chain of terminal transitions and releases (hash computed on insert).';
+  'Append-only hash chains (per agent and lane) of terminal transitions and releases (hash computed on insert).';
 
--- The head of each agent's chain: its last seq and hash, and the hash before that (the row is the
--- chain's lock while a receipt is appended).
+-- The head of each chain (agent and lane): its last seq and hash, and the hash before that (the row
+-- is the chain's lock while a receipt is appended).
 CREATE TABLE mycelium.receipt_heads (
-  agent_id text PRIMARY KEY,
+  agent_id text NOT NULL,
+  lane smallint NOT NULL,
   seq bigint NOT NULL,
   hash bytea NOT NULL,
-  prev_hash bytea
+  prev_hash bytea,
+  PRIMARY KEY (agent_id, lane)
 );
 
 CREATE TABLE mycelium.receipt_keys (
@@ -79,10 +98,12 @@ CREATE TABLE mycelium.receipt_signatures (
   signed_at timestamptz NOT NULL DEFAULT now()
 );
 
--- How far each agent's chain is signed without a gap (written by sign_receipts only).
+-- How far each chain (agent and lane) is signed without a gap (written by sign_receipts only).
 CREATE TABLE mycelium.receipts_signed_through (
-  agent_id text PRIMARY KEY,
-  seq bigint NOT NULL
+  agent_id text NOT NULL,
+  lane smallint NOT NULL,
+  seq bigint NOT NULL,
+  PRIMARY KEY (agent_id, lane)
 );
 
 -- ---------------------------------------------------------------------------------------------
@@ -100,8 +121,9 @@ $$;
 -- expression is compiled per transaction), and one variadic call over the fields is a third of the
 -- nodes that a chain of || and text casts is; the bytes are the same.
 CREATE FUNCTION mycelium.receipt_preimage_before_seq(r mycelium.receipts) RETURNS text LANGUAGE sql STABLE AS $$
-  SELECT E'mycelium.receipt/v1\nreceipt_id:' || length(r.receipt_id) || ':' || r.receipt_id
-    || E'\nagent_id:' || length(r.agent_id) || ':' || r.agent_id || E'\n'
+  SELECT E'mycelium.receipt/v2\nreceipt_id:' || length(r.receipt_id) || ':' || r.receipt_id
+    || E'\nagent_id:' || length(r.agent_id) || ':' || r.agent_id
+    || E'\nlane:' || length(r.lane::text) || ':' || r.lane::text || E'\n'
 $$;
 
 CREATE FUNCTION mycelium.receipt_preimage_after_seq(r mycelium.receipts) RETURNS text LANGUAGE sql STABLE AS $$
@@ -151,26 +173,28 @@ DECLARE
 BEGIN
   NEW.recorded_at := now();
   NEW.receipt_id := 'rcpt-' || NEW.id::text;
+  NEW.lane := coalesce(NEW.lane, mycelium.receipt_lane_of(NEW.request_id));
   before_seq := mycelium.receipt_preimage_before_seq(NEW);
-  -- The head row is the chain's lock: appends to one chain happen one at a time, each after the
+  -- The head row is the chain's lock: appends to one chain (agent and lane) happen one at a time, each after the
   -- previous one committed, and one statement moves the head on by this receipt. Appenders queue on
   -- a transaction advisory lock first: a waiter then finds the head free, instead of waiting on the
   -- row and re-evaluating its UPDATE (EvalPlanQual) while the chain is held. The lock is taken in
   -- the expression that renders the rest of the preimage, after it (|| evaluates left to right; the
   -- void result renders as ''): a PERFORM would run a whole query for it.
   after_seq := mycelium.receipt_preimage_after_seq(NEW)
-               || pg_advisory_xact_lock(hashtextextended('mycelium.receipt-chain:' || NEW.agent_id, 0))::text;
+               || pg_advisory_xact_lock(hashtextextended(
+                 'mycelium.receipt-chain:' || NEW.lane::text || ':' || NEW.agent_id, 0))::text;
   LOOP
     UPDATE mycelium.receipt_heads h SET
       seq = h.seq + 1,
       prev_hash = CASE WHEN h.seq > 0 THEN h.hash END,
       hash = sha256(convert_to(encode(h.hash, 'hex') || E'\n' || before_seq
                                || mycelium.receipt_seq_field(h.seq + 1) || after_seq, 'UTF8'))
-    WHERE h.agent_id = NEW.agent_id
+    WHERE h.agent_id = NEW.agent_id AND h.lane = NEW.lane
     RETURNING h.seq, h.prev_hash, h.hash INTO NEW.seq, NEW.prev_hash, NEW.hash;
     EXIT WHEN FOUND;
-    INSERT INTO mycelium.receipt_heads (agent_id, seq, hash) VALUES (NEW.agent_id, 0, '\x')
-    ON CONFLICT (agent_id) DO NOTHING;
+    INSERT INTO mycelium.receipt_heads (agent_id, lane, seq, hash) VALUES (NEW.agent_id, NEW.lane, 0, '\x')
+    ON CONFLICT (agent_id, lane) DO NOTHING;
   END LOOP;
   RETURN NEW;
 END
@@ -195,19 +219,26 @@ CREATE TRIGGER receipt_signatures_no_truncate BEFORE TRUNCATE ON mycelium.receip
 
 -- Every terminal transition and every release appends a receipt, in the statement that makes it: the
 -- guard (transitions_guard) minted the receipt's id into receipt_ref, and this AFTER trigger fires
--- once the row is written, so the chain's lock is taken at the end of the statement.
+-- once the row is written, so the chain's lock is taken at the end of the statement. The lane is the
+-- request id's; a receipt that follows an earlier one of the same attempt (a release after the
+-- outcome: receipt_ref still names it) takes that receipt's lane, so one transition's receipts share a
+-- lane even if the lane count changed in between.
 CREATE FUNCTION mycelium.transitions_receipt() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   released boolean := NEW.operator_resolution IS NOT NULL
                       AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution;
+  lane smallint;
 BEGIN
+  IF OLD.receipt_ref IS NOT NULL THEN
+    SELECT r.lane INTO lane FROM mycelium.receipts r WHERE r.id = substr(OLD.receipt_ref, 6)::bigint;
+  END IF;
   INSERT INTO mycelium.receipts (
-    id, agent_id, seq, kind, action, request_id, transition_key, side_effect_class, policy_version,
+    id, agent_id, lane, seq, kind, action, request_id, transition_key, side_effect_class, policy_version,
     inputs_hash, outputs_hash, outcome, boundary, fence, external_operation_ref, error, verified,
     resolved_by, resolution_reason, started_at, finished_at, hash)
   OVERRIDING SYSTEM VALUE
   VALUES (
-    substr(NEW.receipt_ref, 6)::bigint, NEW.agent_id, 1,
+    substr(NEW.receipt_ref, 6)::bigint, NEW.agent_id, coalesce(lane, mycelium.receipt_lane_of(NEW.request_id)), 1,
     CASE WHEN released THEN 'release' ELSE NEW.kind END, NEW.tool,
     NEW.request_id, NEW.transition_key, NEW.side_effect_class, NEW.policy_version, NEW.args_hash,
     CASE WHEN NEW.result IS NOT NULL THEN encode(sha256(convert_to(NEW.result::text, 'UTF8')), 'hex') END,
@@ -249,16 +280,16 @@ LANGUAGE sql AS $$
   WHERE key_id <> p_except AND retired_at IS NULL RETURNING *
 $$;
 
--- The receipts waiting for a signature: each chain's receipts past its signed-through mark that have
--- none (the index on (agent_id, seq) serves each chain's tail).
+-- The receipts waiting for a signature: each chain's (agent and lane) receipts past its signed-through
+-- mark that have none (the index on (agent_id, lane, seq) serves each chain's tail).
 CREATE FUNCTION mycelium.unsigned_receipt_batch(p_limit integer DEFAULT 500)
 RETURNS TABLE (id bigint, hash bytea) LANGUAGE sql STABLE AS $$
   SELECT r.id, r.hash
   FROM mycelium.receipt_heads h
-  LEFT JOIN mycelium.receipts_signed_through s ON s.agent_id = h.agent_id
+  LEFT JOIN mycelium.receipts_signed_through s ON s.agent_id = h.agent_id AND s.lane = h.lane
   CROSS JOIN LATERAL (
     SELECT r.id, r.hash FROM mycelium.receipts r
-    WHERE r.agent_id = h.agent_id AND r.seq > coalesce(s.seq, 0)
+    WHERE r.agent_id = h.agent_id AND r.lane = h.lane AND r.seq > coalesce(s.seq, 0)
       AND NOT EXISTS (SELECT 1 FROM mycelium.receipt_signatures g WHERE g.id = r.id)
     ORDER BY r.seq LIMIT p_limit
   ) r
@@ -267,7 +298,7 @@ RETURNS TABLE (id bigint, hash bytea) LANGUAGE sql STABLE AS $$
 $$;
 
 -- Store signatures computed by the key holder over each receipt's hash. A key must be registered
--- and active; a receipt is signed once. Each touched chain's signed-through mark then moves up to
+-- and active; a receipt is signed once. Each touched chain's (agent and lane) signed-through mark then moves up to
 -- its first receipt still without a signature (never down: two signers may race).
 CREATE FUNCTION mycelium.sign_receipts(p_key_id text, p_ids bigint[], p_signatures bytea[])
 RETURNS integer LANGUAGE plpgsql AS $$
@@ -283,16 +314,17 @@ BEGIN
   SELECT r, p_key_id, s FROM unnest(p_ids, p_signatures) AS x(r, s)
   ON CONFLICT (id) DO NOTHING;
   GET DIAGNOSTICS n = ROW_COUNT;
-  INSERT INTO mycelium.receipts_signed_through AS m (agent_id, seq)
-  SELECT c.agent_id, coalesce(
+  INSERT INTO mycelium.receipts_signed_through AS m (agent_id, lane, seq)
+  SELECT c.agent_id, c.lane, coalesce(
            (SELECT min(r.seq) - 1 FROM mycelium.receipts r
-            WHERE r.agent_id = c.agent_id AND r.seq > c.mark
+            WHERE r.agent_id = c.agent_id AND r.lane = c.lane AND r.seq > c.mark
               AND NOT EXISTS (SELECT 1 FROM mycelium.receipt_signatures g WHERE g.id = r.id)),
-           (SELECT max(r.seq) FROM mycelium.receipts r WHERE r.agent_id = c.agent_id))
-  FROM (SELECT DISTINCT r.agent_id, coalesce(s.seq, 0) AS mark
-        FROM mycelium.receipts r LEFT JOIN mycelium.receipts_signed_through s ON s.agent_id = r.agent_id
+           (SELECT max(r.seq) FROM mycelium.receipts r WHERE r.agent_id = c.agent_id AND r.lane = c.lane))
+  FROM (SELECT DISTINCT r.agent_id, r.lane, coalesce(s.seq, 0) AS mark
+        FROM mycelium.receipts r
+        LEFT JOIN mycelium.receipts_signed_through s ON s.agent_id = r.agent_id AND s.lane = r.lane
         WHERE r.id = ANY (p_ids)) c
-  ON CONFLICT (agent_id) DO UPDATE SET seq = greatest(m.seq, excluded.seq);
+  ON CONFLICT (agent_id, lane) DO UPDATE SET seq = greatest(m.seq, excluded.seq);
   RETURN n;
 END
 $$;
@@ -300,20 +332,22 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- Verification (in SQL; signatures are checked by `mycelium receipts verify`, which has the keys).
 
--- Every break of one agent's chain (or of every chain, p_agent NULL): a receipt whose content no
--- longer matches its hash, a link to the wrong predecessor, a gap in the sequence, a head that
--- points past the last receipt (a deleted tail). No rows means the chain is intact.
+-- Every break of one agent's chains, every lane (or of every agent's, p_agent NULL): a receipt whose
+-- content no longer matches its hash (an edit, a move to another lane), a link to the wrong
+-- predecessor, a gap in a lane's sequence, a head that points past its lane's last receipt (a deleted
+-- tail). No rows means every chain is intact. (Unsigned receipts: see receipt_export and the
+-- signature check of `mycelium receipts verify`.)
 CREATE FUNCTION mycelium.verify_receipt_chain(p_agent text DEFAULT NULL)
-RETURNS TABLE (agent_id text, seq bigint, receipt_id text, problem text) LANGUAGE sql STABLE AS $$
+RETURNS TABLE (agent_id text, lane smallint, seq bigint, receipt_id text, problem text) LANGUAGE sql STABLE AS $$
   WITH ordered AS (
-    SELECT r.agent_id, r.seq, r.receipt_id, r.prev_hash,
+    SELECT r.agent_id, r.lane::smallint AS lane, r.seq, r.receipt_id, r.prev_hash,
            r.hash = mycelium.receipt_hash(r.prev_hash, r) AS hash_ok,
            lag(r.hash) OVER w AS prior_hash, lag(r.seq) OVER w AS prior_seq
     FROM mycelium.receipts r
     WHERE p_agent IS NULL OR r.agent_id = p_agent
-    WINDOW w AS (PARTITION BY r.agent_id ORDER BY r.seq)
+    WINDOW w AS (PARTITION BY r.agent_id, r.lane ORDER BY r.seq)
   )
-  SELECT o.agent_id, o.seq, o.receipt_id, p.problem
+  SELECT o.agent_id, o.lane, o.seq, o.receipt_id, p.problem
   FROM ordered o
   CROSS JOIN LATERAL (VALUES
     (CASE WHEN NOT o.hash_ok
@@ -327,14 +361,16 @@ RETURNS TABLE (agent_id text, seq bigint, receipt_id text, problem text) LANGUAG
   ) AS p(problem)
   WHERE p.problem IS NOT NULL
   UNION ALL
-  SELECT h.agent_id, h.seq, NULL, format('head is at seq %s but the last receipt is %s (receipts deleted)',
-                                         h.seq, coalesce(m.last_seq, 0))
+  SELECT h.agent_id, h.lane, h.seq, NULL,
+         format('head is at seq %s but the last receipt is %s (receipts deleted)', h.seq, coalesce(m.last_seq, 0))
   FROM mycelium.receipt_heads h
-  LEFT JOIN (SELECT r.agent_id, max(r.seq) AS last_seq, (array_agg(r.hash ORDER BY r.seq DESC))[1] AS last_hash
-             FROM mycelium.receipts r GROUP BY r.agent_id) m ON m.agent_id = h.agent_id
+  LEFT JOIN (SELECT r.agent_id, r.lane, max(r.seq) AS last_seq,
+                    (array_agg(r.hash ORDER BY r.seq DESC))[1] AS last_hash
+             FROM mycelium.receipts r GROUP BY r.agent_id, r.lane) m
+    ON m.agent_id = h.agent_id AND m.lane = h.lane
   WHERE (p_agent IS NULL OR h.agent_id = p_agent)
     AND (m.last_seq IS DISTINCT FROM h.seq OR m.last_hash IS DISTINCT FROM h.hash)
-  ORDER BY 1, 2
+  ORDER BY 1, 2, 3
 $$;
 
 -- ---------------------------------------------------------------------------------------------
@@ -369,9 +405,10 @@ CREATE VIEW mycelium.reconciled_transitions AS
   FROM mycelium.transitions t
   WHERE t.reconcile_status IS NOT NULL;
 
--- Receipts as the offline verifier reads them (timestamps rendered exactly as hashed).
+-- Receipts as the offline verifier reads them (timestamps rendered exactly as hashed; each agent and
+-- lane is one chain).
 CREATE VIEW mycelium.receipt_export AS
-  SELECT r.id, r.receipt_id, r.agent_id, r.seq, r.kind, r.action, r.request_id, r.transition_key,
+  SELECT r.id, r.receipt_id, r.agent_id, r.lane::smallint AS lane, r.seq, r.kind, r.action, r.request_id, r.transition_key,
          r.side_effect_class, r.policy_version, r.inputs_hash, r.outputs_hash, r.outcome, r.boundary, r.fence,
          r.external_operation_ref, r.error, r.verified, r.resolved_by, r.resolution_reason,
          mycelium.receipt_ts(r.started_at) AS started_at, mycelium.receipt_ts(r.finished_at) AS finished_at,

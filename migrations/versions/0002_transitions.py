@@ -36,7 +36,7 @@ def downgrade() -> None:
           'complete', 'fail', 'mark_outcome', 'mark_unknown', 'mark_blocked', 'repair',
           'apply_reconcile_result', 'release', 'mark_worker_dead',
           'receipt_ts', 'receipt_preimage', 'receipt_preimage_before_seq', 'receipt_preimage_after_seq',
-          'receipt_seq_field', 'receipt_hash', 'receipts_before_insert',
+          'receipt_seq_field', 'receipt_hash', 'receipt_lane_of', 'receipts_before_insert',
           'receipts_append_only', 'transitions_receipt', 'register_receipt_key',
           'retire_receipt_keys', 'unsigned_receipt_batch', 'sign_receipts', 'verify_receipt_chain']);
         FOREACH sig IN ARRAY coalesce(sigs, '{}') LOOP
@@ -49,7 +49,8 @@ def downgrade() -> None:
       DROP TABLE IF EXISTS mycelium.receipts_signed_through, mycelium.receipt_signatures,
         mycelium.receipt_keys, mycelium.receipt_heads, mycelium.receipts, mycelium.transitions CASCADE;
       DROP TYPE IF EXISTS mycelium.claim CASCADE;
-      DROP DOMAIN IF EXISTS mycelium.receipt_kind, mycelium.receipt_seq, mycelium.transition_kind,
+      DROP DOMAIN IF EXISTS mycelium.receipt_kind, mycelium.receipt_seq, mycelium.receipt_lane,
+        mycelium.transition_kind,
         mycelium.effect_class, mycelium.spendability, mycelium.retry_permission, mycelium.capability,
         mycelium.effect_boundary, mycelium.transition_outcome, mycelium.effect_phase,
         mycelium.reconcile_status,

@@ -1,5 +1,5 @@
-"""Receipts: a per-agent hash chain computed by the database, append-only, verifiable in SQL, signed
-with the hub's Ed25519 key and verifiable offline from an export and the public key alone."""
+"""Receipts: hash chains per agent and lane computed by the database, append-only, verifiable in SQL,
+signed with the hub's Ed25519 key and verifiable offline from an export and the public key alone."""
 
 from __future__ import annotations
 
@@ -22,15 +22,36 @@ async def export(conn) -> list[dict]:
     return [dict(x) for x in await conn.fetch("SELECT * FROM mycelium.receipt_export ORDER BY id")]
 
 
+async def lane_of(conn, request_id: str) -> int:
+    return await conn.fetchval("SELECT mycelium.receipt_lane_of($1)", request_id)
+
+
+async def one_lane(conn, n: int, prefix: str = "r", lane: int | None = None) -> list[str]:
+    """``n`` request ids whose receipts share one lane (the first id's, or ``lane``)."""
+    ids: list[str] = []
+    for i in range(10_000):
+        rid = f"{prefix}{i}"
+        got = await lane_of(conn, rid)
+        if lane is None:
+            lane = got
+        if got == lane:
+            ids.append(rid)
+            if len(ids) == n:
+                return ids
+    raise AssertionError(f"no {n} ids in lane {lane}")
+
+
 async def test_each_terminal_transition_and_release_appends_a_chained_receipt(admin_conn):
-    await completed(admin_conn, "a")
-    await claim(admin_conn, "b", "w:1")
-    await admin_conn.execute("SELECT 1 FROM mycelium.advance_boundary('b', 'w:1', 1, 'maybe_crossed')")
-    await admin_conn.execute("SELECT 1 FROM mycelium.fail('b', 'w:1', 1, 'timeout')")
+    a, b = await one_lane(admin_conn, 2)
+    await completed(admin_conn, a)
+    await claim(admin_conn, b, "w:1")
+    await admin_conn.execute("SELECT 1 FROM mycelium.advance_boundary($1, 'w:1', 1, 'maybe_crossed')", b)
+    await admin_conn.execute("SELECT 1 FROM mycelium.fail($1, 'w:1', 1, 'timeout')", b)
     await admin_conn.execute(
-        "SELECT 1 FROM mycelium.release('b', 'not_executed', 'ann', 'no charge at provider')"
+        "SELECT 1 FROM mycelium.release($1, 'not_executed', 'ann', 'no charge at provider')", b
     )
     rows = await export(admin_conn)
+    assert {x["lane"] for x in rows} == {await lane_of(admin_conn, a)}
     assert [(x["seq"], x["kind"], x["outcome"], x["verified"]) for x in rows] == [
         (1, "tool", "COMPLETED", None),
         (2, "tool", "UNKNOWN", None),
@@ -41,7 +62,7 @@ async def test_each_terminal_transition_and_release_appends_a_chained_receipt(ad
     for x in rows:  # the offline renderer produces the database's bytes
         assert r.receipt_hash(x["prev_hash"], x) == x["hash"]
     assert await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain()") == []
-    t = await admin_conn.fetchrow("SELECT receipt_ref FROM mycelium.transitions WHERE request_id = 'b'")
+    t = await admin_conn.fetchrow("SELECT receipt_ref FROM mycelium.transitions WHERE request_id = $1", b)
     assert t["receipt_ref"] == rows[2]["receipt_id"]
 
 
@@ -63,8 +84,8 @@ async def test_receipts_refuse_updates_and_deletes_even_for_their_owner(admin_co
 
 
 async def test_a_chain_broken_by_a_superuser_is_reported_by_the_verifier(admin_conn):
-    for i in range(5):
-        await completed(admin_conn, f"r{i}")
+    for rid in await one_lane(admin_conn, 5):
+        await completed(admin_conn, rid)
     await completed(admin_conn, "other", agent="agent-2")
     async with admin_conn.transaction():
         await admin_conn.execute("SET LOCAL session_replication_role = replica")  # triggers off
@@ -91,7 +112,7 @@ async def test_a_chain_broken_by_a_superuser_is_reported_by_the_verifier(admin_c
     assert any("gap: seq" in g for g in gaps)
 
 
-async def test_concurrent_completions_of_one_agent_form_one_unbroken_chain(db_dsn, admin_conn):
+async def test_concurrent_completions_of_one_agent_form_unbroken_chains_one_per_lane(db_dsn, admin_conn):
     async def worker(k: int) -> None:
         conn = await asyncpg.connect(db_dsn)
         try:
@@ -101,8 +122,14 @@ async def test_concurrent_completions_of_one_agent_form_one_unbroken_chain(db_ds
             await conn.close()
 
     await asyncio.gather(*(worker(k) for k in range(6)))
-    seqs = [x["seq"] for x in await export(admin_conn)]
-    assert sorted(seqs) == list(range(1, 91))
+    rows = await export(admin_conn)
+    lanes = {x["lane"] for x in rows}
+    assert len(rows) == 90 and len(lanes) > 1
+    for lane in lanes:
+        seqs = [x["seq"] for x in rows if x["lane"] == lane]
+        assert sorted(seqs) == list(range(1, len(seqs) + 1))
+    for x in rows:
+        assert x["lane"] == await lane_of(admin_conn, x["request_id"])
     assert await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain('agent-1')") == []
 
 
@@ -110,8 +137,8 @@ async def test_signed_receipts_verify_offline_with_the_public_key_alone(admin_co
     keys = r.KeyStore(tmp_path / "keys")
     key = keys.current()
     await r.register(admin_conn, key)
-    for i in range(3):
-        await completed(admin_conn, f"r{i}")
+    for rid in await one_lane(admin_conn, 3):
+        await completed(admin_conn, rid)
     assert await r.sign_pending(admin_conn, key) == 3
     assert await r.sign_pending(admin_conn, key) == 0
     exported = json.loads(json.dumps(await export(admin_conn), default=str))  # as written to JSONL
@@ -189,8 +216,9 @@ async def test_the_audit_views_answer_the_common_questions(admin_conn):
 async def test_receipts_signed_out_of_order_leave_exactly_the_unsigned_ones_waiting(admin_conn, tmp_path):
     key = r.KeyStore(tmp_path / "keys").current()
     await r.register(admin_conn, key)
-    for i in range(4):
-        await completed(admin_conn, f"a{i}")
+    a_ids = await one_lane(admin_conn, 5, "a")
+    for rid in a_ids[:4]:
+        await completed(admin_conn, rid)
     await completed(admin_conn, "b0", agent="agent-2")
 
     async def waiting() -> list[int]:
@@ -210,9 +238,13 @@ async def test_receipts_signed_out_of_order_leave_exactly_the_unsigned_ones_wait
     assert await waiting() == [ids[0], ids[2], ids[4]]
     assert await r.sign_pending(admin_conn, key) == 3
     assert await waiting() == []
-    marks = dict(await admin_conn.fetch("SELECT agent_id, seq FROM mycelium.receipts_signed_through"))
-    assert marks == {"agent-1": 4, "agent-2": 1}
-    await completed(admin_conn, "a4")
+    marks = {
+        (x["agent_id"], x["lane"]): x["seq"]
+        for x in await admin_conn.fetch("SELECT * FROM mycelium.receipts_signed_through")
+    }
+    lane_a, lane_b = await lane_of(admin_conn, a_ids[0]), await lane_of(admin_conn, "b0")
+    assert marks == {("agent-1", lane_a): 4, ("agent-2", lane_b): 1}
+    await completed(admin_conn, a_ids[4])
     assert len(await waiting()) == 1
 
 
@@ -240,3 +272,53 @@ async def test_the_offline_renderer_matches_the_database_on_awkward_fields(admin
     for x in rows:
         assert r.receipt_hash(x["prev_hash"], x) == x["hash"]
     assert await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain()") == []
+
+
+async def test_appends_of_one_agent_on_different_lanes_do_not_wait_for_each_other(db_dsn, admin_conn):
+    first, same = await one_lane(admin_conn, 2, "x")
+    (other,) = await one_lane(admin_conn, 1, "y", lane=(await lane_of(admin_conn, first) + 1) % 32)
+    for rid in (first, same, other):
+        await claim(admin_conn, rid, "w:1")
+    holder = await asyncpg.connect(db_dsn)
+    try:
+        async with holder.transaction():  # an append that has not committed holds its lane's chain
+            await holder.execute("SELECT 1 FROM mycelium.complete($1, 'w:1', 1, '{}')", first)
+            # the same agent on another lane appends and commits meanwhile (a wait would hit the timeout)
+            await admin_conn.execute("SET lock_timeout = '5s'")
+            await admin_conn.execute("SELECT 1 FROM mycelium.complete($1, 'w:1', 1, '{}')", other)
+            # the same lane waits for the holder's commit
+            await admin_conn.execute("SET lock_timeout = '50ms'")
+            with pytest.raises(asyncpg.LockNotAvailableError):
+                await admin_conn.execute("SELECT 1 FROM mycelium.complete($1, 'w:1', 1, '{}')", same)
+            await admin_conn.execute("RESET lock_timeout")
+        await admin_conn.execute("SELECT 1 FROM mycelium.complete($1, 'w:1', 1, '{}')", same)
+    finally:
+        await holder.close()
+    rows = {x["request_id"]: x for x in await export(admin_conn)}
+    assert rows[other]["seq"] == 1 and rows[other]["prev_hash"] is None
+    # same-lane appends chain in commit order: the one that waited follows the holder's
+    assert (rows[first]["seq"], rows[same]["seq"]) == (1, 2)
+    assert rows[same]["prev_hash"] == rows[first]["hash"] and rows[first]["lane"] == rows[same]["lane"]
+    assert await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain('agent-1')") == []
+
+
+async def test_a_receipt_moved_to_another_lane_is_reported(admin_conn):
+    a, b = await one_lane(admin_conn, 2)
+    for rid in (a, b):
+        await completed(admin_conn, rid)
+    lane = await lane_of(admin_conn, a)
+    async with admin_conn.transaction():
+        await admin_conn.execute("SET LOCAL session_replication_role = replica")  # triggers off
+        await admin_conn.execute(
+            "UPDATE mycelium.receipts SET lane = $2 WHERE request_id = $1", b, (lane + 1) % 32
+        )
+    problems = {
+        (p["lane"], p["seq"], p["problem"].split(" (")[0])
+        for p in await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain()")
+    }
+    assert ((lane + 1) % 32, 2, "content does not match its hash") in problems
+    assert ((lane + 1) % 32, 2, "chain starts at seq 2") in problems
+    assert (lane, 2, "head is at seq 2 but the last receipt is 1") in problems
+    exported = json.loads(json.dumps(await export(admin_conn), default=str))
+    offline = {p["problem"].split(" (")[0] for p in r.verify_records(exported, {})[1]}
+    assert "content does not match its hash" in offline

@@ -31,7 +31,8 @@ class ReceiptController(Controller):
         after: Annotated[int, Query(ge=0)] = 0,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     ) -> list[dict[str, Any]]:
-        """Receipts in chain order, exactly as hashed (page with ``after`` = the last ``id``)."""
+        """Receipts in id order, exactly as hashed; each agent and lane is one chain (page with
+        ``after`` = the last ``id``)."""
         rows = await hub.db.fetch(q("export_receipts"), since, agent, after, limit)
         return [export_row(r) for r in rows]
 
@@ -75,7 +76,12 @@ class ReceiptController(Controller):
             after = rows[-1]["id"]
             for r in rows:
                 checked += 1
-                where = {"receipt_id": r["receipt_id"], "agent_id": r["agent_id"], "seq": r["seq"]}
+                where = {
+                    "receipt_id": r["receipt_id"],
+                    "agent_id": r["agent_id"],
+                    "lane": r["lane"],
+                    "seq": r["seq"],
+                }
                 if not r["signature"]:
                     problems.append({**where, "problem": "unsigned"})
                 elif r["key_id"] not in keyring or not signing.check_signature(

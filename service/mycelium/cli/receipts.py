@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     rsub.required = True
 
     v = rsub.add_parser("verify", help="check hash chains and signatures (exit 1 on any problem)")
-    v.add_argument("--agent", help="only this agent's chain")
+    v.add_argument("--agent", help="only this agent's chains (one per lane)")
     v.add_argument("--file", type=Path, help="verify this JSONL export offline instead of asking the hub")
     v.add_argument("--public-key", type=Path, help="with --file: a keyring (JSON) or PEM public key(s)")
     add_json(v)
@@ -47,9 +47,8 @@ def _report(checked: int, problems: list[dict[str, Any]], as_json: bool) -> int:
         print_json({"checked": checked, "problems": problems, "ok": not problems})
     else:
         for p in problems:
-            where = (
-                f"{p.get('agent_id')}#{p.get('seq')}" if p.get("seq") is not None else str(p.get("agent_id"))
-            )
+            chain = f"{p.get('agent_id')}/lane {p.get('lane')}"
+            where = f"{chain}#{p.get('seq')}" if p.get("seq") is not None else chain
             print(f"{where}  {p.get('receipt_id') or '-'}  {p['problem']}")
         print(
             f"{checked} receipt(s) checked: "

@@ -4,7 +4,7 @@ The database chains receipts (``hash = sha256(prev_hash_hex + "\\n" + preimage)`
 with Ed25519, so the hub holds a key under its data folder and signs each receipt's hash as it
 appears; the key id is stored with the signature and public keys live in ``mycelium.receipt_keys``.
 Verification here needs only exported receipts and public keys: it re-renders the exact preimage,
-recomputes each hash, follows each agent's chain and checks each signature.
+recomputes each hash, follows each chain (one per agent and lane) and checks each signature.
 """
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ from mycelium.errors import refusal_from_db
 
 log = logging.getLogger("mycelium.receipts")
 
-PREIMAGE_HEADER = "mycelium.receipt/v1"
+PREIMAGE_HEADER = "mycelium.receipt/v2"
 # The order is part of the format (sql/receipts.sql, receipt_preimage).
 RECEIPT_FIELDS = (
     "receipt_id",
     "agent_id",
+    "lane",
     "seq",
     "kind",
     "action",
@@ -234,27 +235,31 @@ def check_signature(public_key: bytes, hash_hex: str, signature_hex: str) -> boo
 def verify_records(
     records: Iterable[Mapping[str, Any]], keys: Mapping[str, bytes]
 ) -> tuple[int, list[dict[str, Any]]]:
-    """Check exported receipts: each hash, each agent's chain within the export, each signature.
+    """Check exported receipts: each hash, each chain (agent and lane) within the export, each signature.
     Returns (how many were checked, the problems found)."""
     problems: list[dict[str, Any]] = []
-    last: dict[str, Mapping[str, Any]] = {}
+    last: dict[tuple[str, int], Mapping[str, Any]] = {}
     count = 0
 
     def problem(r: Mapping[str, Any], text: str) -> None:
         problems.append(
             {
                 "agent_id": r.get("agent_id"),
+                "lane": r.get("lane"),
                 "seq": r.get("seq"),
                 "receipt_id": r.get("receipt_id"),
                 "problem": text,
             }
         )
 
-    for r in sorted(records, key=lambda r: (str(r.get("agent_id")), int(r.get("seq") or 0))):
+    def chain_of(r: Mapping[str, Any]) -> tuple[str, int]:
+        return str(r.get("agent_id")), int(r.get("lane") or 0)
+
+    for r in sorted(records, key=lambda r: (*chain_of(r), int(r.get("seq") or 0))):
         count += 1
         if receipt_hash(r.get("prev_hash"), r) != r.get("hash"):
             problem(r, "content does not match its hash (edited)")
-        prior = last.get(r["agent_id"])
+        prior = last.get(chain_of(r))
         if prior is not None:
             if int(r["seq"]) != int(prior["seq"]) + 1:
                 problem(r, f"gap: seq {r['seq']} follows {prior['seq']} (receipts missing)")
@@ -262,7 +267,7 @@ def verify_records(
                 problem(r, "prev_hash does not match the previous receipt's hash")
         elif int(r["seq"]) == 1 and r.get("prev_hash"):
             problem(r, "first receipt links to a predecessor")
-        last[r["agent_id"]] = r
+        last[chain_of(r)] = r
         if not r.get("signature"):
             problem(r, "unsigned")
         elif r.get("key_id") not in keys:
