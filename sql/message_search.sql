@@ -83,7 +83,8 @@ CREATE TABLE mycelium.message_search (
   PRIMARY KEY (room, position)
 );
 CREATE INDEX message_search_text ON mycelium.message_search USING gin (lowered gin_trgm_ops);
-CREATE INDEX message_search_thread ON mycelium.message_search (room, episode, position);
+-- (no index by thread: a thread filter is thread_matches(), which no btree serves; a room's documents
+-- are found by the primary key)
 
 -- Write the document of message m whose current text is p_text (edited at p_edited, if it was);
 -- p_mentions: every handle the text names, loud or silent, first seen first.
