@@ -44,11 +44,10 @@ CREATE TABLE mycelium.assignments (
   updated_by text NOT NULL DEFAULT mycelium.actor(),
   updated_at timestamptz NOT NULL DEFAULT now(),
   PRIMARY KEY (room, key),
-  FOREIGN KEY (room, key) REFERENCES mycelium.memories (room, key) ON DELETE CASCADE,
-  CONSTRAINT held_lease_is_complete CHECK (
-    state <> 'held' OR (owner IS NOT NULL AND claimed_at IS NOT NULL AND ttl_minutes IS NOT NULL
-                        AND claim_id IS NOT NULL))
+  FOREIGN KEY (room, key) REFERENCES mycelium.memories (room, key) ON DELETE CASCADE
 );
+-- (A held lease is complete: owner, claimed_at, ttl_minutes and claim_id. Kept by
+-- assignments_before_write rather than a table CHECK, which every write would read back and compile.)
 CREATE INDEX assignments_held_by ON mycelium.assignments (owner) WHERE state = 'held';
 CREATE INDEX assignments_held ON mycelium.assignments (room, claimed_at) WHERE state = 'held';
 
@@ -64,8 +63,10 @@ CREATE TABLE mycelium.lease_expiries (
   announced_by text NOT NULL
 );
 
+-- (STABLE, as timestamptz + interval is: a SQL function declared IMMUTABLE over a STABLE operator is
+-- never inlined, so every lease read and guard ran it as a function call of its own.)
 CREATE FUNCTION mycelium.task_lease_end(p_claimed_at timestamptz, p_ttl_minutes integer) RETURNS timestamptz
-LANGUAGE sql IMMUTABLE AS $$ SELECT p_claimed_at + make_interval(mins => p_ttl_minutes) $$;
+LANGUAGE sql STABLE RETURN p_claimed_at + make_interval(mins => p_ttl_minutes);
 
 -- A held lease is live until claimed_at + ttl (by the database clock).
 CREATE FUNCTION mycelium.task_lease_live(a mycelium.assignments) RETURNS boolean LANGUAGE sql STABLE AS $$
@@ -196,6 +197,11 @@ BEGIN
       NEW.claim_id := nextval('mycelium.claim_ids');
     END IF;
   END IF;
+  IF NEW.state = 'held' AND (NEW.owner IS NULL OR NEW.claimed_at IS NULL OR NEW.ttl_minutes IS NULL
+                             OR NEW.claim_id IS NULL) THEN
+    PERFORM mycelium.refuse(422, 'incomplete_lease', 'a held lease names its owner, claimed_at, ttl_minutes and claim_id',
+                            jsonb_build_object('key', NEW.key));
+  END IF;
   NEW.updated_by := mycelium.actor();
   NEW.updated_at := now();
   RETURN NEW;
@@ -231,7 +237,9 @@ $$;
 -- depends on is noted (room, key, who) in a transaction-local setting; the statement trigger below
 -- raises the notices for everything noted and clears it, and returns at once when nothing was (a
 -- claim, release or renew, a row nothing waits on), so no other write pays for transition tables or
--- a query. A row settled by its status already unblocked its dependents then.
+-- a query. A row settled by its status already unblocked its dependents then. Before it is noted,
+-- such a row is locked FOR NO KEY UPDATE and its status read again, so a field write settling it at
+-- the same time (a plain UPDATE of the lease too) is either seen or waits for this commit.
 CREATE FUNCTION mycelium.assignments_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   title text;
@@ -263,6 +271,12 @@ BEGIN
              AND l.cross_room IS NULL) END
   INTO title, thread, waited_on
   FROM mycelium.memories m WHERE m.room = NEW.room AND m.key = NEW.key;
+  IF waited_on THEN
+    -- read its status again under the row lock (taken already when resolve_task saw the dependents)
+    SELECT NOT mycelium.row_settled(m.meta, NULL) INTO waited_on
+    FROM mycelium.memories m WHERE m.room = NEW.room AND m.key = NEW.key
+    FOR NO KEY UPDATE;
+  END IF;
   PERFORM mycelium.post_notice(NEW.room, subkind, NEW.key,
                                jsonb_build_object('title', title, 'episode', thread) || extra);
   IF coalesce(waited_on, false) THEN
@@ -395,7 +409,7 @@ BEGIN
     PERFORM mycelium.refuse(409, 'waiting', format('%L waits on %s', p_key, array_to_string(waits, ', ')),
                             jsonb_build_object('key', p_key, 'waiting_on', to_jsonb(waits)));
   END IF;
-  PERFORM set_config('mycelium.actor', h, true);
+  h := set_config('mycelium.actor', h, true);
   INSERT INTO mycelium.assignments AS x (room, key, state, owner, claimed_at, ttl_minutes, claim_id)
   VALUES (p_room, p_key, 'held', h, now(), p_ttl_minutes, nextval('mycelium.claim_ids'))
   ON CONFLICT (room, key) DO UPDATE
@@ -429,7 +443,7 @@ BEGIN
   m.room := p_room;
   m.key := p_key;
   waits := CASE WHEN depends THEN mycelium.waiting_on(p_room, p_key) ELSE '{}' END;
-  PERFORM set_config('mycelium.actor', h, true);
+  h := set_config('mycelium.actor', h, true);
   INSERT INTO mycelium.assignments AS x (room, key, state, note, note_by)
   VALUES (p_room, p_key, 'released', v_note, h)
   ON CONFLICT (room, key) DO UPDATE
@@ -440,9 +454,12 @@ END
 $$;
 
 -- Resolve: the work is done. Dependents that now wait on nothing get their `unblocked` notice in
--- this same transaction (trigger). The row is read FOR NO KEY UPDATE: a field write that settles it
--- at the same time (status resolved) waits for this commit and then sees it settled, so the
--- dependents hear `unblocked` once.
+-- this same transaction (trigger). A row something depends on is locked FOR NO KEY UPDATE before its
+-- lease (and read again under the lock): a field write that settles it at the same time either
+-- committed first (this resolve then sees it settled and raises nothing) or waits for this commit and
+-- then sees the lease resolved, so the dependents hear `unblocked` once. A row nothing depends on
+-- has nobody to unblock and is not locked (assignments_after_write locks it itself if a dependent
+-- appeared in between).
 CREATE FUNCTION mycelium.resolve_task(p_room text, p_key text, p_handle text)
 RETURNS mycelium.lease_read LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
@@ -451,30 +468,41 @@ DECLARE
   m mycelium.memories;
   a mycelium.assignments;
   depends boolean;
+  depended boolean;
   waits text[];
 BEGIN
   SELECT x.episode, x.version, x.value, x.meta, EXISTS (
            SELECT 1 FROM mycelium.memory_links l WHERE l.room = x.room AND l.source_key = x.key
-             AND l.kind = 'relation' AND l.relation = 'depends-on')
-  INTO m.episode, m.version, m.value, m.meta, depends
-  FROM mycelium.memories x WHERE x.room = p_room AND x.key = p_key AND mycelium.is_assignable_key(x.key)
-  FOR NO KEY UPDATE;
+             AND l.kind = 'relation' AND l.relation = 'depends-on'), EXISTS (
+           SELECT 1 FROM mycelium.memory_links l WHERE l.room = x.room AND l.target = x.key
+             AND l.kind = 'relation' AND l.relation = 'depends-on' AND l.cross_room IS NULL)
+  INTO m.episode, m.version, m.value, m.meta, depends, depended
+  FROM mycelium.memories x WHERE x.room = p_room AND x.key = p_key AND mycelium.is_assignable_key(x.key);
   IF NOT FOUND THEN
     PERFORM mycelium.refuse_task_lease(p_room, p_key);
+  END IF;
+  IF depended THEN
+    SELECT x.version, x.value, x.meta INTO m.version, m.value, m.meta
+    FROM mycelium.memories x WHERE x.room = p_room AND x.key = p_key
+    FOR NO KEY UPDATE;
   END IF;
   m.room := p_room;
   m.key := p_key;
   waits := CASE WHEN depends THEN mycelium.waiting_on(p_room, p_key) ELSE '{}' END;
-  PERFORM set_config('mycelium.actor', h, true);
-  UPDATE mycelium.assignments x
-  SET state = 'resolved', claimed_at = NULL, ttl_minutes = NULL, note = format('resolved by @%s', h), note_by = h
-  WHERE x.room = p_room AND x.key = p_key
-  RETURNING * INTO a;
-  IF NOT FOUND THEN  -- never leased: the row under lock has no lease, so nobody inserts one meanwhile
+  h := set_config('mycelium.actor', h, true);
+  LOOP
+    UPDATE mycelium.assignments x
+    SET state = 'resolved', claimed_at = NULL, ttl_minutes = NULL, note = format('resolved by @%s', h), note_by = h
+    WHERE x.room = p_room AND x.key = p_key
+    RETURNING * INTO a;
+    EXIT WHEN FOUND;
+    -- never leased; a claim that inserts its lease meanwhile is resolved by the next round
     INSERT INTO mycelium.assignments (room, key, state, note, note_by)
     VALUES (p_room, p_key, 'resolved', format('resolved by @%s', h), h)
+    ON CONFLICT (room, key) DO NOTHING
     RETURNING * INTO a;
-  END IF;
+    EXIT WHEN FOUND;
+  END LOOP;
   RETURN mycelium.lease_read(m, a, waits);
 END
 $$;

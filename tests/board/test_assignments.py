@@ -200,6 +200,9 @@ async def test_direct_updates_cannot_steal_resurrect_or_delete_a_live_lease(admi
     with pytest.raises(asyncpg.UniqueViolationError):  # one lease per row (409 through the error map)
         await admin_conn.execute("INSERT INTO mycelium.assignments (room, key, state, owner, claimed_at, ttl_minutes)"
                                  " VALUES ($1, $2, 'held', 'mallory', now(), 30)", room, key)
+    for hole in ("claimed_at = NULL", "ttl_minutes = NULL", "claim_id = NULL"):  # a held lease stays complete
+        status, detail, _ = await refusal(admin_conn, f"UPDATE mycelium.assignments SET {hole}")
+        assert (status, detail["error"]) == (422, "incomplete_lease"), hole
     await backdate(admin_conn, key, 40)
     status, detail, _ = await refusal(admin_conn, "UPDATE mycelium.assignments SET claimed_at = now()")
     assert (status, detail["error"]) == (409, "lease_expired")

@@ -142,6 +142,47 @@ async def test_a_rolled_back_resolve_leaves_no_unblocked_notice(admin_conn, plan
     assert [n["key"] for n in await notices(admin_conn, ROOM, "resolved")] == ["work/migrate"]
 
 
+async def settle_while_resolving(db_dsn: str, first: str, second: str) -> None:
+    """Run ``first`` in an open transaction, start ``second`` on another connection, check that it
+    waits for the first (the row lock), then commit the first and let the second finish."""
+    import asyncio
+
+    a = await asyncpg.connect(db_dsn)
+    b = await asyncpg.connect(db_dsn)
+    try:
+        tr = a.transaction()
+        await tr.start()
+        await a.execute(first, ROOM)
+        later_one = asyncio.create_task(b.execute(second, ROOM))
+        await asyncio.sleep(0.2)
+        assert not later_one.done()  # waits for the first writer's lock on the row
+        await tr.commit()
+        await later_one
+    finally:
+        await a.close()
+        await b.close()
+
+
+RESOLVE_SCHEMA = "SELECT 1 FROM mycelium.resolve_task($1, 'work/schema', 'db')"
+SETTLE_SCHEMA = "SELECT 1 FROM mycelium.write_fields($1, 'work/schema', 'ops', '{\"status\": \"resolved\"}')"
+PLAIN_RESOLVE_SCHEMA = ("UPDATE mycelium.assignments SET state = 'resolved', claimed_at = NULL, ttl_minutes = NULL"
+                        " WHERE room = $1 AND key = 'work/schema'")
+
+
+@pytest.mark.parametrize("order", ["resolve first", "field write first"])
+async def test_a_resolve_and_a_field_write_settling_the_row_together_unblock_once(db_dsn, admin_conn, plan, order):
+    await admin_conn.execute("SELECT 1 FROM mycelium.claim_task($1, 'work/schema', 'db')", ROOM)
+    first, second = (RESOLVE_SCHEMA, SETTLE_SCHEMA) if order == "resolve first" else (SETTLE_SCHEMA, RESOLVE_SCHEMA)
+    await settle_while_resolving(db_dsn, first, second)
+    assert [n["key"] for n in await notices(admin_conn, ROOM, "unblocked")] == [plan]
+
+
+async def test_a_plain_update_resolving_a_lease_waits_for_a_field_write_settling_its_row(db_dsn, admin_conn, plan):
+    await admin_conn.execute("SELECT 1 FROM mycelium.claim_task($1, 'work/schema', 'db')", ROOM)
+    await settle_while_resolving(db_dsn, SETTLE_SCHEMA, PLAIN_RESOLVE_SCHEMA)
+    assert [n["key"] for n in await notices(admin_conn, ROOM, "unblocked")] == [plan]
+
+
 async def test_a_dependency_that_would_close_a_cycle_is_refused(client, admin_conn, plan):
     status, detail, _message = await refusal(
         admin_conn, "SELECT 1 FROM mycelium.write_fields($1, 'work/schema', 'x', '{\"depends-on\": \"work/api\"}')",
