@@ -108,12 +108,9 @@ CREATE TYPE mycelium.lease_read AS (
   assignment_note text, assignment_note_by text, waiting_on text[], claim_id bigint, lease_version integer
 );
 
--- p_waiting_on, when given, is what the row waits on, read by the caller before it wrote the lease
--- (a lease never changes what its own row waits on): the verbs append their notice, which takes
--- the room's timeline lock, as late as they can, so nothing slow runs between it and the commit.
--- (One ROW expression: the planner inlines it into the caller, so a verb's answer is built without
--- a function call of its own.)
-CREATE FUNCTION mycelium.lease_read(m mycelium.memories, a mycelium.assignments, p_waiting_on text[] DEFAULT NULL)
+-- (One ROW expression: the planner inlines it into the caller, so a read is built without a
+-- function call of its own.)
+CREATE FUNCTION mycelium.lease_read(m mycelium.memories, a mycelium.assignments)
 RETURNS mycelium.lease_read LANGUAGE sql STABLE AS $$
   SELECT ROW(
     m.room, m.key, m.episode, m.version, mycelium.memory_title(m.value, m.meta),
@@ -126,8 +123,23 @@ RETURNS mycelium.lease_read LANGUAGE sql STABLE AS $$
     CASE WHEN mycelium.lease_assignment(a) = 'expired' THEN format('expired — @%s stopped renewing', a.owner)
          ELSE a.note END,
     CASE WHEN mycelium.lease_assignment(a) = 'expired' THEN 'runtime' ELSE a.note_by END,
-    coalesce(p_waiting_on, mycelium.waiting_on(m.room, m.key)),
-    a.claim_id, coalesce(a.version, 0))::mycelium.lease_read
+    mycelium.waiting_on(m.room, m.key), a.claim_id, coalesce(a.version, 0))::mycelium.lease_read
+$$;
+
+-- The answer of a verb that has just written lease a: lease_read without the clock, which that
+-- write fixed. A claim has just started (claimed_at = now(): held, fresh, no note); a release or a
+-- resolve does not run out (its own state, its note). A smaller expression than lease_read's, which
+-- a verb compiles again in every transaction. p_waiting_on is what the row waits on, read by the verb
+-- before its write (a lease never changes what its own row waits on): the verbs append their notice,
+-- which takes the room's timeline lock, as late as they can, so nothing slow runs between it and the
+-- commit. (tests/board: each verb's answer equals a read of the lease in the same transaction.)
+CREATE FUNCTION mycelium.lease_written(m mycelium.memories, a mycelium.assignments, p_waiting_on text[])
+RETURNS mycelium.lease_read LANGUAGE sql STABLE AS $$
+  SELECT ROW(
+    m.room, m.key, m.episode, m.version, mycelium.memory_title(m.value, m.meta), a.state, a.state, a.owner,
+    a.claimed_at, a.ttl_minutes, a.claimed_at + make_interval(mins => a.ttl_minutes),
+    CASE WHEN a.state = 'held' THEN 'fresh' END, a.note, a.note_by, p_waiting_on, a.claim_id,
+    a.version)::mycelium.lease_read
 $$;
 
 -- Every work/ row's lease.
@@ -416,7 +428,7 @@ BEGIN
   SET state = 'held', owner = h, claimed_at = now(), ttl_minutes = p_ttl_minutes, note = NULL, note_by = NULL,
       claim_id = excluded.claim_id
   RETURNING * INTO a;
-  RETURN mycelium.lease_read(m, a, waits);
+  RETURN mycelium.lease_written(m, a, waits);
 END
 $$;
 
@@ -449,7 +461,7 @@ BEGIN
   ON CONFLICT (room, key) DO UPDATE
   SET state = 'released', owner = NULL, claimed_at = NULL, ttl_minutes = NULL, note = v_note, note_by = h
   RETURNING * INTO a;
-  RETURN mycelium.lease_read(m, a, waits);
+  RETURN mycelium.lease_written(m, a, waits);
 END
 $$;
 
@@ -503,7 +515,7 @@ BEGIN
     RETURNING * INTO a;
     EXIT WHEN FOUND;
   END LOOP;
-  RETURN mycelium.lease_read(m, a, waits);
+  RETURN mycelium.lease_written(m, a, waits);
 END
 $$;
 

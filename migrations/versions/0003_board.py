@@ -37,7 +37,8 @@ def downgrade() -> None:
       DROP FUNCTION IF EXISTS mycelium.read_assignment(text, text);
       DROP VIEW IF EXISTS mycelium.board_rows;
       DROP VIEW IF EXISTS mycelium.lease_states;
-      DROP FUNCTION IF EXISTS mycelium.lease_read(mycelium.memories, mycelium.assignments, text[]);
+      DROP FUNCTION IF EXISTS mycelium.lease_read(mycelium.memories, mycelium.assignments);
+      DROP FUNCTION IF EXISTS mycelium.lease_written(mycelium.memories, mycelium.assignments, text[]);
       DROP FUNCTION IF EXISTS mycelium.lease_assignment(mycelium.assignments);
       DROP TYPE IF EXISTS mycelium.lease_read;
       DROP FUNCTION IF EXISTS mycelium.announce_expiry(mycelium.assignments, text);

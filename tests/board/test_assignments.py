@@ -230,3 +230,37 @@ async def test_the_hub_role_cannot_write_a_lease_except_through_the_verbs(admin_
         assert await admin_conn.fetchval("SELECT owner FROM mycelium.claim_task($1, $2, 'growth')", room, key) == "growth"
     finally:
         await admin_conn.execute("RESET ROLE")
+
+
+async def test_each_verb_answers_what_a_read_of_the_lease_says_in_the_same_transaction(admin_conn, room):
+    """The verbs build their answer from the row they wrote (lease_written); a read derives it from the
+    clock (lease_read): the two agree on every kind of write."""
+    key = await task(admin_conn, "Answered")
+    await task(admin_conn, "Prerequisite")
+    await admin_conn.execute("SELECT 1 FROM mycelium.write_fields($1, $2, 'ana', '{\"depends-on\": \"work/prerequisite\"}')",
+                             room, key)
+    steps = [
+        ("SELECT * FROM mycelium.claim_task($1, $2, 'growth', 20)", None),  # first claim
+        ("SELECT * FROM mycelium.claim_task($1, $2, 'growth', 45)", None),  # the holder refreshes
+        ("SELECT * FROM mycelium.claim_task($1, $2, 'mallory')", 60),  # takes over an expired lease
+        ("SELECT * FROM mycelium.release_task($1, $2, 'mallory', 'later')", None),
+        ("SELECT * FROM mycelium.resolve_task($1, $2, 'growth')", None),
+        ("SELECT * FROM mycelium.claim_task($1, $2, 'growth')", None),  # a resolved row claimed again
+        ("SELECT * FROM mycelium.resolve_task($1, $2, 'growth')", None),
+    ]
+    answers = []
+    for sql, backdated in steps:
+        if backdated:
+            await backdate(admin_conn, key, backdated)
+        async with admin_conn.transaction():
+            answer = dict(await admin_conn.fetchrow(sql, room, key))
+            assert answer == dict(await admin_conn.fetchrow("SELECT * FROM mycelium.read_assignment($1, $2)",
+                                                            room, key)), sql
+        answers.append((answer["assignment"], answer["freshness"], answer["waiting_on"]))
+    assert answers == [("held", "fresh", ["work/prerequisite"])] * 3 + [
+        ("released", None, ["work/prerequisite"]), ("resolved", None, ["work/prerequisite"]),
+        ("held", "fresh", ["work/prerequisite"]), ("resolved", None, ["work/prerequisite"])]
+    fresh = await task(admin_conn, "Never leased")
+    async with admin_conn.transaction():
+        answer = dict(await admin_conn.fetchrow("SELECT * FROM mycelium.resolve_task($1, $2, 'growth')", room, fresh))
+        assert answer == dict(await admin_conn.fetchrow("SELECT * FROM mycelium.read_assignment($1, $2)", room, fresh))
