@@ -14,6 +14,7 @@ import httpx
 import pytest
 import uvicorn
 
+from mycelium.cli.up import HTTP_PROTOCOL
 from tests.support.processes import HubProcess, free_port
 
 
@@ -64,7 +65,8 @@ async def serve(dsn: str, settings_for, **overrides: object) -> AsyncIterator[Se
     app = create_app(hub.settings, hub=hub)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on", access_log=False, backlog=4096))
+                                           lifespan="on", access_log=False, backlog=4096,
+                                           http=HTTP_PROTOCOL))  # as `mycelium up` serves
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():

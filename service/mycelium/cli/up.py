@@ -14,6 +14,9 @@ from mycelium.settings import Settings, load_settings
 if TYPE_CHECKING:
     from mycelium.db.embedded import EmbeddedPostgres
 
+#: uvicorn's httptools protocol, each response sent in one write (see mycelium.api.http_protocol)
+HTTP_PROTOCOL = "mycelium.api.http_protocol:OneSendHttpToolsProtocol"
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("up", help="run the hub (HTTP API, workers, embedded database by default)")
@@ -64,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_workers(settings, args.workers, args.log_level)
     app = create_app(settings, on_ready=lambda hub: _announce(hub.settings, hub.embedded))
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
-                            lifespan="on", access_log=False,
+                            lifespan="on", access_log=False, http=HTTP_PROTOCOL,
                             timeout_graceful_shutdown=5)  # long polls must not hold a stop
     server = Server(config)
     server.run()
@@ -99,7 +102,7 @@ def _run_workers(settings: Settings, workers: int, log_level: str) -> int:
         _announce(settings, embedded, workers)
         uvicorn.run("mycelium.api.app:create_app", factory=True, host=settings.host, port=settings.port,
                     workers=workers, log_level=log_level, lifespan="on", access_log=False,
-                    timeout_graceful_shutdown=5)
+                    http=HTTP_PROTOCOL, timeout_graceful_shutdown=5)
     finally:
         if embedded is not None:
             embedded.detach()
