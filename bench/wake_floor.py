@@ -6,8 +6,8 @@ in the shape the hub answers them: ``POST /api/rooms/{room}/messages`` is one IN
 with a ``pg_notify`` naming the recipient in the same statement; ``GET /api/rooms/{room}/await``
 looks once (one ``UPDATE`` of the handle's cursor to its next row, ``RETURNING`` it) and, finding
 nothing, waits on an in-process event that the process's one LISTEN connection sets, then looks
-again. The server is configured as ``mycelium up`` configures it (uvicorn picks uvloop and
-httptools, no access log), the pool as the hub's (20 connections, no reset on release). A wake that
+again. The server is configured as ``mycelium up`` configures it (uvicorn on uvloop with the hub's
+httptools protocol, no access log), the pool as the hub's (20 connections, no reset on release). A wake that
 finds nothing costs a look, as it would in any await that keeps no state between calls.
 """
 
@@ -27,6 +27,8 @@ from litestar import Litestar, get, post
 from litestar.datastructures import State
 from litestar.params import FromPath, FromQuery, JSONBody
 from pydantic import BaseModel, ConfigDict, Field
+
+from mycelium.cli.up import HTTP_PROTOCOL
 
 CHANNEL = "bench_floor"
 
@@ -169,7 +171,7 @@ def main() -> None:
     p.add_argument("--port", type=int, required=True)
     args = p.parse_args()
     asyncio.run(create_schema(args.database_url))
-    config = uvicorn.Config(create_app(args.database_url), host="127.0.0.1", port=args.port,
+    config = uvicorn.Config(create_app(args.database_url), host="127.0.0.1", port=args.port, http=HTTP_PROTOCOL,
                             log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=5)
     uvicorn.Server(config).run()
 
