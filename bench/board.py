@@ -42,6 +42,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -55,6 +56,14 @@ from mycelium.db.queries import q
 from tests.support.processes import HubProcess
 from transitions import CpuProbe
 from wake import Http, tree_cpu
+
+
+class Share(NamedTuple):
+    """One call back to back on one connection: median latency (s), median backend CPU (µs)."""
+
+    seconds: float
+    cpu_us: float
+
 
 Claim = Callable[[str, str], Awaitable[bool]]  # ("<room> <key>", handle)
 Resolve = Callable[[str, str], Awaitable[None]]
@@ -179,27 +188,59 @@ async def notice_rate(pool: asyncpg.Pool, conn: asyncpg.Connection, prefix: str,
     return calls / (time.perf_counter() - start)
 
 
-async def serial_notice(conn: asyncpg.Connection, room: str, calls: int) -> float:
-    """Median seconds of a notice-only transaction on one connection, back to back (no queue)."""
-    await conn.execute("SELECT mycelium.create_room($1)", room)
-    times = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        await conn.fetchval("SELECT current_setting('mycelium.wake_hints', true)"
-                            " FROM mycelium.post_notice(mycelium.defer_wakes($1), 'claimed', 'work/x')", room)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def backend_cpu_us(pid: int) -> float:
+    """CPU time one server process has used so far, in µs (its scheduler statistics count nanoseconds,
+    fine enough to time a single call)."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0]) / 1e3
 
 
-async def commit_floor(conn: asyncpg.Connection, calls: int) -> float:
-    """Median seconds to commit a one-row INSERT on one connection (the WAL flush on this disk)."""
-    await conn.execute("CREATE TABLE IF NOT EXISTS bench_commit (x integer)")
-    times = []
+async def each_call(conn: asyncpg.Connection, calls: int, step: Callable[[int], Awaitable[object]]) -> Share:
+    """Back to back on one connection: median latency (s) and median CPU of its backend (µs) per call.
+    Medians of single calls, so a burst of other work on the machine moves them little."""
+    backend = conn.get_server_pid()
+    times, cpu = [], []
     for i in range(calls):
-        t0 = time.perf_counter()
-        await conn.execute("INSERT INTO bench_commit VALUES ($1)", i)
+        c0, t0 = backend_cpu_us(backend), time.perf_counter()
+        await step(i)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        cpu.append(backend_cpu_us(backend) - c0)
+    return Share(statistics.median(times), statistics.median(cpu))
+
+
+async def serial_notice(conn: asyncpg.Connection, room: str, calls: int) -> Share:
+    """A notice-only transaction on one connection, back to back (no queue)."""
+    await conn.execute("SELECT mycelium.create_room($1)", room)
+    notice = ("SELECT current_setting('mycelium.wake_hints', true)"
+              " FROM mycelium.post_notice(mycelium.defer_wakes($1), 'claimed', 'work/x')")
+    return await each_call(conn, calls, lambda _i: conn.fetchval(notice, room))
+
+
+async def commit_floor(conn: asyncpg.Connection, calls: int) -> Share:
+    """A one-row INSERT committed on one connection (the WAL flush on this disk)."""
+    await conn.execute("CREATE TABLE IF NOT EXISTS bench_commit (x integer)")
+    return await each_call(conn, calls, lambda i: conn.execute("INSERT INTO bench_commit VALUES ($1)", i))
+
+
+async def database_share(conn: asyncpg.Connection, prefix: str, n: int) -> dict[str, Share]:
+    """The database's share of a cycle: the hub's claim and resolve queries on one connection, back
+    to back, nobody else; latency and CPU of that one backend per call (not the whole server's)."""
+    rows = [row.split(" ", 1) for row in await file_rows(conn, prefix, 2 * n, 1)]
+    claim, resolve = q("claim"), q("resolve")
+    for room, key in rows[:n]:  # warm the plans and caches
+        await conn.fetchrow(claim, room, key, "solo", 30, False)
+        await conn.fetchrow(resolve, room, key, "solo")
+    timed = rows[n:]
+    times: dict[str, list[float]] = {"claim": [], "resolve": []}
+    cpu: dict[str, list[float]] = {"claim": [], "resolve": []}
+    backend = conn.get_server_pid()
+    for room, key in timed:
+        for verb, query, args in (("claim", claim, (30, False)), ("resolve", resolve, ())):
+            c0, t0 = backend_cpu_us(backend), time.perf_counter()
+            await conn.fetchrow(query, room, key, "solo", *args)
+            times[verb].append(time.perf_counter() - t0)
+            cpu[verb].append(backend_cpu_us(backend) - c0)
+    return {verb: Share(statistics.median(times[verb]), statistics.median(cpu[verb])) for verb in times}
 
 
 async def read_rate(url: str, path: str, agents: int, calls: int) -> float:
@@ -233,7 +274,8 @@ async def measure(args: argparse.Namespace, dsn: str, postmaster: int | None) ->
                           "MYCELIUM_POOL_MIN_SIZE": str(min(4, args.pool))})
     layouts = [1, args.spread] if args.spread > 1 else [1]
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
-    floors: dict[str, list[float]] = {"sql": [], "http": [], "commit": [], "serial": []}
+    floors: dict[str, list[float]] = {"sql": [], "http": []}
+    shares: dict[str, list[Share]] = {"claim": [], "resolve": [], "notice": [], "commit": []}
     probe = CpuProbe(postmaster)
     serial: dict[str, list[dict[str, float]]] = {}
     notices: dict[int, list[float]] = {}
@@ -313,8 +355,10 @@ async def measure(args: argparse.Namespace, dsn: str, postmaster: int | None) ->
                     conn, f"one-{path}-{r}", args.serial_rows, claim, resolve, probe, hub.proc.pid))
             floors["sql"].append(await select1_rate(own, args.agents, args.floor_calls))
             floors["http"].append(await read_rate(hub.url, read_path, args.agents, args.floor_calls))
-            floors["commit"].append(await commit_floor(conn, 300))
-            floors["serial"].append(await serial_notice(conn, f"serial-{r}", 300))
+            shares["commit"].append(await commit_floor(conn, 300))
+            shares["notice"].append(await serial_notice(conn, f"serial-{r}", 300))
+            for verb, share in (await database_share(conn, f"share-{r}", args.serial_rows)).items():
+                shares[verb].append(share)
     finally:
         hub.stop()
         await hints.stop()
@@ -363,8 +407,17 @@ async def measure(args: argparse.Namespace, dsn: str, postmaster: int | None) ->
     notice_floor = "; ".join(
         f"{rooms} room{'s' if rooms > 1 else ''}: {statistics.median(notices[rooms]):,.0f} notices/s "
         f"-> at most {statistics.median(notices[rooms]) / 2:,.0f} cycles/s" for rooms in layouts)
-    commit_ms = statistics.median(floors["commit"]) * 1000
-    serial_ms = statistics.median(floors["serial"]) * 1000
+    def share(name: str) -> Share:
+        return Share(statistics.median(x.seconds for x in shares[name]), statistics.median(x.cpu_us for x in shares[name]))
+
+    commit_ms = share("commit").seconds * 1000
+    serial_ms = share("notice").seconds * 1000
+    cycle_cpu = share("claim").cpu_us + share("resolve").cpu_us
+    share_rows = [[label, f"{share(name).cpu_us:,.0f}", f"{share(name).seconds * 1000:.2f}"] for name, label in (
+        ("claim", "claim (the hub's named query; synchronous commit)"),
+        ("resolve", "resolve (the same)"),
+        ("notice", "a transaction that only appends one notice (each of the two also appends one)"),
+        ("commit", "a one-row INSERT (the floor of a synchronous commit)"))]
     text = f"""## Board: claim -> resolve under contention
 
 `python bench/board.py` — {stamp()}; {machine()}; PostgreSQL 18 embedded (synchronous_commit on).
@@ -380,6 +433,13 @@ otherwise idle machine could carry at that cost.
 
 {table(["path", "rooms", "cycles/s", "server CPU µs/cycle", "client CPU µs/cycle", "cores allow /s",
         "claim p50 ms", "claim p99 ms", "refused / claim calls", "double claims"], rows_out)}
+
+The database's share of a cycle, one connection back to back, nobody else ({args.serial_rows} cycles after
+as many to warm up, median of the runs): CPU of that one backend per call (from /proc, not the whole
+server's), median of single calls. A claim and a resolve: {cycle_cpu:,.0f} µs of server CPU per cycle, so
+the server alone could carry {CORES * 1e6 / cycle_cpu:,.0f} cycles/s on {CORES} cores.
+
+{table(["call", "backend CPU µs", "latency p50 ms"], share_rows)}
 
 One agent, calls back to back, nobody else (no queue) ({args.serial_rows} cycles per run, median of
 {args.runs} runs):
