@@ -118,6 +118,7 @@ DECLARE
   scope text;
   cur mycelium.delivery_cursors;
   hit mycelium.messages;
+  shown mycelium.timeline;
   settled bigint;
   pending bigint[];
   scanned bigint;
@@ -126,6 +127,7 @@ DECLARE
   new_position bigint;
   present mycelium.presence;
   ttl double precision;
+  state text;
 BEGIN
   -- The lease as touch_presence reads it; that call (a write, and a security-definer call) only
   -- when the lease runs short of what touch_presence would make it, which most looks do not find.
@@ -138,7 +140,9 @@ BEGIN
        + make_interval(secs => greatest(coalesce(ttl, 90), coalesce(p_hold_seconds, 0))) THEN
     present := mycelium.touch_presence(p_room, h, p_hold_seconds);
   END IF;
-  scope := nullif(mycelium.episode_ref(p_room, p_episode), mycelium.live_episode(p_room));
+  IF p_episode IS NOT NULL THEN
+    scope := nullif(mycelium.episode_ref(p_room, p_episode), mycelium.live_episode(p_room));
+  END IF;
 
   -- one take per handle at a time; every statement below reads after the previous take committed
   PERFORM pg_advisory_xact_lock(hashtext('mycelium.inbox:' || p_room), hashtext(h));
@@ -171,7 +175,13 @@ BEGIN
         INTO pending, head;
       scanned := least(scanned + 256, greatest(coalesce(head, 0), scanned));
       IF pending[1] IS NOT NULL THEN
-        SELECT * INTO hit FROM mycelium.messages WHERE room = p_room AND position = pending[1];
+        -- read once, as the caller is shown it (a pending message is never an amendment: those wake
+        -- nobody, so the timeline has it)
+        SELECT * INTO shown FROM mycelium.timeline t WHERE t.room = p_room AND t.position = pending[1];
+        hit.id := shown.id;
+        hit.position := shown.position;
+        hit.episode := shown.episode;
+        hit.sender := shown.sender;
         settled := hit.position;
         -- the next one pending, or, when the window ended before the head, the first unread position
         next_pending := coalesce(pending[2], CASE WHEN scanned < head THEN scanned + 1 END);
@@ -198,14 +208,14 @@ BEGIN
       INTO next_pending, head;
   END IF;
   IF hit.id IS NULL THEN
-    PERFORM set_config('synchronous_commit', 'off', true);
+    state := set_config('synchronous_commit', 'off', true);  -- (an assignment: no query to run)
   END IF;
   new_position := greatest(settled, coalesce(next_pending - 1, head, settled));
   -- For the caller, in the same statement: '<more pending> <seconds the presence lease still runs>'.
   -- A hub that knows nothing else waits for the handle, and that its presence holds, may let the
   -- handle's next await wait for a hint instead of looking first (conversations/inbox.py).
-  PERFORM set_config('mycelium.inbox_state', (next_pending IS NOT NULL)::text || ' '
-                     || extract(epoch FROM present.expires_at - now())::text, true);
+  state := set_config('mycelium.inbox_state', (next_pending IS NOT NULL)::text || ' '
+                      || extract(epoch FROM present.expires_at - now())::text, true);
 
   IF new_position > cur.position OR hit.id IS NOT NULL THEN
     DELETE FROM mycelium.early_deliveries WHERE room = p_room AND handle = h AND position <= new_position;
@@ -217,7 +227,9 @@ BEGIN
     WHERE room = p_room AND handle = h;
   END IF;
 
-  IF hit.id IS NOT NULL THEN
+  IF shown.id IS NOT NULL THEN
+    RETURN NEXT shown;
+  ELSIF hit.id IS NOT NULL THEN
     RETURN QUERY SELECT * FROM mycelium.timeline t WHERE t.room = p_room AND t.position = hit.position;
   END IF;
 END
