@@ -207,6 +207,44 @@ async def test_the_lease_is_renewed_while_a_long_body_runs(make_ledger, store):
     assert (await row_of(store, long_job, binding, 1, tool_call_id="c")).fence == 1
 
 
+async def test_a_long_body_is_renewed_though_shorter_calls_began_and_ended_around_it(make_ledger, store):
+    # one timer serves every running body of a ledger: here it is first set for a short call that
+    # ends long before its renewal was due, and must still come round for the long body
+    led = make_ledger(lease_ttl=0.6, lease_renew_interval=0.1, poll_timeout=0.3)
+    short_started, long_started, finish = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    binding = ToolTransitionBinding.for_tool(side_effect_class="idempotent_mutate")
+
+    @ledger(action_ledger=led, transition_binding=binding)
+    async def job(n: int) -> str:
+        if n == 0:
+            short_started.set()
+            await long_started.wait()
+            return "short"
+        if n > 1:
+            return "quick"
+        if long_started.is_set():
+            return "ran twice"  # a peer reclaimed a lapsed lease
+        long_started.set()
+        await finish.wait()
+        return "long"
+
+    short = asyncio.create_task(job(0, tool_call_id="s"))
+    await short_started.wait()
+    long = asyncio.create_task(job(1, tool_call_id="l"))
+    assert await short == "short"
+    for i in range(5):  # more short calls come and go while the long body runs
+        assert await job(2 + i, tool_call_id=f"q{i}") == "quick"
+    await asyncio.sleep(1.5)  # over twice the lease: only renewal keeps it held
+    row = await row_of(store, job, binding, 1, tool_call_id="l")
+    assert (row.terminal_outcome, row.fence) == ("IN_FLIGHT", 1)
+    from mycelium import LedgerPollTimeoutError
+
+    with pytest.raises(LedgerPollTimeoutError):
+        await job(1, tool_call_id="l")  # a peer polls; it does not reclaim
+    finish.set()
+    assert await long == "long"
+
+
 async def test_without_renewal_the_lease_lapses_and_a_retry_safe_peer_takes_over(make_ledger, store):
     led = make_ledger(lease_ttl=0.3, lease_renew_interval=0)
     started, finish = asyncio.Event(), asyncio.Event()

@@ -63,13 +63,22 @@ def _wrap(
 ) -> Callable[..., Any]:
     tool = fn.__name__
     chosen = binding or UNCLASSIFIED
+    filled: dict[tuple[str, str], ToolTransitionBinding] = {}
+
+    def bound_for(led: ActionLedger) -> ToolTransitionBinding:
+        """The binding with the ledger's agent and policy (made once per pair, not per call)."""
+        pair = (led.agent_id, led.policy_version)
+        b = filled.get(pair)
+        if b is None:
+            b = filled[pair] = chosen.with_agent(*pair)
+        return b
 
     if is_async:
 
         @functools.wraps(fn)
         async def run_async(*args: Any, **kwargs: Any) -> Any:
             led = resolve()
-            b = chosen.with_agent(led.agent_id, led.policy_version)
+            b = bound_for(led)
             ident = identify(fn, tool, b, args, kwargs)
             return await led.run_async(
                 fn, tool, b, ident, reconciler=reconciler or led.reconciler, defer=defer, kind=kind
@@ -81,7 +90,7 @@ def _wrap(
     @functools.wraps(fn)
     def run_sync(*args: Any, **kwargs: Any) -> Any:
         led = resolve()
-        b = chosen.with_agent(led.agent_id, led.policy_version)
+        b = bound_for(led)
         ident = identify(fn, tool, b, args, kwargs)
         return led.run_sync(
             fn, tool, b, ident, reconciler=reconciler or led.reconciler, defer=defer, kind=kind

@@ -80,8 +80,12 @@ def canonical(value: Any) -> Any:
     return str(value)
 
 
+# One encoder for every call (json.dumps with options builds a new one each time); same bytes.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _CANONICAL.encode(value)
 
 
 def sha256_hex(text: str) -> str:

@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -137,6 +138,9 @@ class ActionLedger:
         self.reconcile_timeout = reconcile_timeout
         self.presumed_dead_after = presumed_dead_after
         self.owner = worker_owner()
+        self._renewals: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Renewals] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # -- claiming ----------------------------------------------------------------------------------
 
@@ -291,19 +295,26 @@ class ActionLedger:
         if claim.action == "return":
             return claim.transition.result
         active = ActiveTransition(self, ident.request_id, tool, self.owner, claim.fence)
-        renewer = _Renewer(self, active) if self._renew_interval() else None
+        interval = self._renew_interval()
+        renewals = None
+        if interval:
+            loop = asyncio.get_running_loop()
+            renewals = self._renewals.get(loop)
+            if renewals is None:
+                renewals = self._renewals[loop] = _Renewals(self)
+            renewals.add(active, interval)
         token = _active.set(active)
         try:
             result = await fn(*ident.body_args, **ident.body_kwargs)
         except BaseException as exc:
-            if renewer is not None:
-                renewer.stop()
+            if renewals is not None:
+                renewals.stop(active)
             await self._settle(active, exc, None)
             raise
         finally:
             _active.reset(token)
-            if renewer is not None:
-                renewer.stop()
+            if renewals is not None:
+                renewals.stop(active)
         await self._settle(active, None, result)
         return result
 
@@ -342,22 +353,46 @@ class ActionLedger:
         return result
 
 
-class _Renewer:
-    """Keeps the lease of a running body. Nothing runs until the first interval has passed (a timer,
-    cheap to cancel), so short calls pay almost nothing for it."""
+class _Renewals:
+    """Keeps the leases of one ledger's running bodies on one event loop. A body is renewed from one
+    interval after its start; nearly every body ends before that, so a body costs an entry in a dict
+    and no timer or task of its own: one timer, set for the earliest renewal due, serves them all (a
+    timer per call, even cancelled, stays in the loop's heap and is paid for by every later timer)."""
 
-    def __init__(self, ledger: ActionLedger, active: ActiveTransition) -> None:
-        self._ledger, self._active = ledger, active
-        self._task: asyncio.Task[None] | None = None
-        self._timer = asyncio.get_running_loop().call_later(ledger._renew_interval(), self._start)
+    def __init__(self, ledger: ActionLedger) -> None:
+        self._ledger = ledger  # not the loop: it is this object's key in a weak mapping
+        self._due: dict[int, tuple[float, ActiveTransition]] = {}
+        self._renewing: dict[int, asyncio.Task[None]] = {}
+        self._timer: asyncio.TimerHandle | None = None
 
-    def _start(self) -> None:
-        self._task = asyncio.create_task(self._ledger._keep_renewing(self._active, first_now=True))
+    def add(self, active: ActiveTransition, interval: float) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + interval
+        self._due[id(active)] = (due, active)
+        if self._timer is None or self._timer.when() > due:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(due, self._fire)
 
-    def stop(self) -> None:
-        self._timer.cancel()
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+    def stop(self, active: ActiveTransition) -> None:
+        if self._due.pop(id(active), None) is None:
+            task = self._renewing.pop(id(active), None)
+            if task is not None:
+                task.cancel()
+
+    def _fire(self) -> None:
+        """Start renewing every body whose first renewal is due; set the timer for the next one."""
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now, later = loop.time(), None
+        for key, (due, active) in list(self._due.items()):
+            if due > now:
+                later = due if later is None else min(later, due)
+                continue
+            del self._due[key]
+            self._renewing[key] = loop.create_task(self._ledger._keep_renewing(active, first_now=True))
+        if later is not None:
+            self._timer = loop.call_at(later, self._fire)
 
 
 def replace_reconciled(request: ClaimRequest, fence: int | None) -> ClaimRequest:
