@@ -76,7 +76,8 @@ class PostgresLedgerStorage:
                 await conn.execute(f'SET ROLE "{self._role}"')
 
     async def _open(self) -> asyncpg.Connection:
-        conn = await asyncpg.connect(self.dsn, command_timeout=self._timeout)
+        # no command_timeout: the connection set times statements out (one timer, not one per statement)
+        conn = await asyncpg.connect(self.dsn)
         try:
             await self._init(conn)
         except BaseException:
@@ -95,7 +96,7 @@ class PostgresLedgerStorage:
         async with lock:
             conns = self._conns.get(loop)
             if conns is None:
-                conns = ConnectionSet(self._open, self._max)
+                conns = ConnectionSet(self._open, self._max, self._timeout)
                 try:
                     await conns.fill(self._min)
                 except Exception as exc:
