@@ -245,6 +245,32 @@ async def test_a_long_body_is_renewed_though_shorter_calls_began_and_ended_aroun
     assert await long == "long"
 
 
+async def test_a_sync_body_keeps_its_lease_while_it_runs(make_ledger, store):
+    import threading
+
+    from mycelium import LedgerPollTimeoutError
+
+    led = make_ledger(lease_ttl=0.6, lease_renew_interval=0.1, poll_timeout=0.3)
+    started, finish = threading.Event(), threading.Event()
+    binding = ToolTransitionBinding.for_tool(side_effect_class="idempotent_mutate")
+
+    @ledger_sync(action_ledger=led, transition_binding=binding)
+    def job(n: int) -> str:
+        if started.is_set():
+            return "ran twice"  # a peer reclaimed a lapsed lease
+        started.set()
+        finish.wait(30)
+        return "done"
+
+    first = asyncio.create_task(asyncio.to_thread(job, 1, tool_call_id="c"))
+    assert await asyncio.to_thread(started.wait, 30)
+    await asyncio.sleep(1.5)  # over twice the lease: only renewal keeps it held
+    with pytest.raises(LedgerPollTimeoutError):
+        await asyncio.to_thread(job, 1, tool_call_id="c")  # a peer polls; it does not reclaim
+    finish.set()
+    assert await first == "done"
+
+
 async def test_without_renewal_the_lease_lapses_and_a_retry_safe_peer_takes_over(make_ledger, store):
     led = make_ledger(lease_ttl=0.3, lease_renew_interval=0)
     started, finish = asyncio.Event(), asyncio.Event()

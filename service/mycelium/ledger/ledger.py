@@ -295,27 +295,16 @@ class ActionLedger:
         if claim.action == "return":
             return claim.transition.result
         active = ActiveTransition(self, ident.request_id, tool, self.owner, claim.fence)
-        interval = self._renew_interval()
-        renewals = None
-        if interval:
-            loop = asyncio.get_running_loop()
-            renewals = self._renewals.get(loop)
-            if renewals is None:
-                renewals = self._renewals[loop] = _Renewals(self)
-            renewals.add(active, interval)
+        self._keep(active)
         token = _active.set(active)
         try:
             result = await fn(*ident.body_args, **ident.body_kwargs)
         except BaseException as exc:
-            if renewals is not None:
-                renewals.stop(active)
-            await self._settle(active, exc, None)
+            await self._let_go(active, exc, None)
             raise
         finally:
             _active.reset(token)
-            if renewals is not None:
-                renewals.stop(active)
-        await self._settle(active, None, result)
+        await self._let_go(active, None, result)
         return result
 
     def run_sync(
@@ -332,25 +321,47 @@ class ActionLedger:
     ) -> Any:
         s = self.storage
         request = self.claim_request(tool, binding, ident, reconciler=reconciler, defer=defer, kind=kind)
-        claim = s.run_sync(self.acquire(request, reconciler=reconciler, wait=wait))
-        if claim.action == "return":
+        # two trips to the store's loop per call: claim (and start keeping the lease), then let go
+        claim, active = s.run_sync(self._claim_and_keep(request, tool, reconciler, wait))
+        if active is None:
             return claim.transition.result
-        active = ActiveTransition(self, ident.request_id, tool, self.owner, claim.fence)
-        renewer = s.submit_sync(self._keep_renewing(active)) if self._renew_interval() else None
         token = _active.set(active)
         try:
             result = fn(*ident.body_args, **ident.body_kwargs)
         except BaseException as exc:
-            if renewer is not None:
-                renewer.cancel()
-            s.run_sync(self._settle(active, exc, None))
+            s.run_sync(self._let_go(active, exc, None))
             raise
         finally:
             _active.reset(token)
-            if renewer is not None:
-                renewer.cancel()
-        s.run_sync(self._settle(active, None, result))
+        s.run_sync(self._let_go(active, None, result))
         return result
+
+    async def _claim_and_keep(
+        self, request: ClaimRequest, tool: str, reconciler: Any, wait: bool
+    ) -> tuple[Claim, ActiveTransition | None]:
+        claim = await self.acquire(request, reconciler=reconciler, wait=wait)
+        if claim.action == "return":
+            return claim, None
+        active = ActiveTransition(self, request.request_id, tool, self.owner, claim.fence)
+        self._keep(active)
+        return claim, active
+
+    def _keep(self, active: ActiveTransition) -> None:
+        """Renew the lease of this body from one interval on (on the running loop) until _let_go."""
+        interval = self._renew_interval()
+        if interval:
+            loop = asyncio.get_running_loop()
+            renewals = self._renewals.get(loop)
+            if renewals is None:
+                renewals = self._renewals[loop] = _Renewals(self)
+            renewals.add(active, interval)
+
+    async def _let_go(self, active: ActiveTransition, outcome: BaseException | None, result: Any) -> None:
+        """Stop renewing the body's lease, then record how it ended."""
+        renewals = self._renewals.get(asyncio.get_running_loop())
+        if renewals is not None:
+            renewals.stop(active)
+        await self._settle(active, outcome, result)
 
 
 class _Renewals:

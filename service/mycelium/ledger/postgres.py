@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
-from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import asyncpg
@@ -179,9 +178,6 @@ class PostgresLedgerStorage:
 
     def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._bridge.run(coro)
-
-    def submit_sync(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
-        return self._bridge.submit(coro)
 
     async def aclose(self) -> None:
         """Close the connections of the running loop."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from typing import Any, Protocol
 
 from mycelium.ledger.record import Claim, ClaimRequest, Transition
@@ -58,10 +57,6 @@ class LedgerStorage(Protocol):
 
     def run_sync(self, coro: Any) -> Any:
         """Run one of the coroutines above from synchronous code (any thread) and wait for it."""
-        ...
-
-    def submit_sync(self, coro: Any) -> Future[Any]:
-        """Start a coroutine on the store's private loop; cancel the future to stop it."""
         ...
 
     async def aclose(self) -> None: ...
