@@ -4,11 +4,11 @@ Measured on one database (embedded PostgreSQL, or DATABASE_URL), rounds interlea
 noise hits every variant alike; each figure is the median of the rounds:
 
 * raw SQL limit: one bare INSERT … ON CONFLICT plus one UPDATE per call, 8 connections, 8 tasks;
-  and the same with the UPDATE also moving one shared row (the shape of one agent's receipt chain:
-  every cycle's second commit waits for the previous one's);
+  and the same with the UPDATE also moving one shared row (the shape of one receipt chain, one agent
+  and lane: every cycle's second commit waits for the previous one's);
 * the gate alone: ``mycelium.claim_transition`` + ``mycelium.complete`` called directly (8 conns),
-  with receipts (always on), and once more with the receipt trigger switched off (bench database only)
-  to show what the receipt chain costs;
+  with receipts (always on) for one agent and for one agent per worker, and once more with the receipt
+  trigger switched off (bench database only) to show what the receipt chains cost;
 * the SDK: ``@ledger`` (async, 8 concurrent tasks, one pool) and ``@ledger_sync`` (8 threads) around
   a no-op KEYED_MUTATE tool, receipts on;
 * upstream: mycelium-runtime's ``PostgresLedgerStorage`` through ``@ledger_sync`` with the same
@@ -133,8 +133,8 @@ def measured(key: str, rate: float, cpu: tuple[float | None, float | None]) -> f
 
 async def sql_cycles(dsn: str, kind: str, seconds: float, agents: int = 1) -> tuple[float, tuple]:
     """kind raw: the two bare statements; raw_chain: the same, the UPDATE also moving one shared row;
-    kind gate: the two verbs. ``agents``: how many receipt chains the 8 workers append to (1: all on
-    one agent's chain, the worst case)."""
+    kind gate: the two verbs. ``agents``: how many agents the 8 workers act for (1: all append to one
+    agent's receipt lanes)."""
     pool = await asyncpg.create_pool(dsn, min_size=WORKERS, max_size=WORKERS)
     tag = uuid.uuid4().hex[:10]
     counts = [0] * WORKERS
@@ -612,7 +612,7 @@ def main() -> int:
             f"{med['gate'] / med['raw']:.0%} of raw, {med['gate'] / med['raw_chain']:.0%} of one chain's",
         ),
         row(
-            "the gate alone, receipts on, one agent per worker (8 chains)",
+            "the gate alone, receipts on, one agent per worker (8 agents)",
             "gate_8_agents",
             f"{med['gate_8_agents'] / med['raw']:.0%} of raw",
         ),
@@ -684,10 +684,11 @@ complete cycle, median of the cycles, then of the rounds):
 
 {table(["variant", "µs per cycle (median)", "rounds", "CPU µs/cycle: server + client"], one_rows)}
 
-All 8 workers of a variant act for one agent unless the row says otherwise: one agent's receipts form one
-hash chain, and appends to a chain are serialised (each waits for the previous append's commit), so one
-agent's throughput is bounded by its chain, like the one-chain raw limit, whose every second commit
-waits for the previous one; separate agents append in parallel.
+All 8 workers of a variant act for one agent unless the row says otherwise. Appends to one receipt chain
+are serialised (each waits for the previous append's commit), so one chain bounds throughput like the
+one-chain raw limit, whose every second commit waits for the previous one. An agent's receipts form 32
+chains (lanes, chosen by a hash of the request id), so its 8 workers seldom wait for each other's
+appends: one agent does about as well as one agent per worker.
 
 CPU per cycle: the server's (postmaster and children, /proc) and the benchmark process's (none for the
 variants that run in other processes; upstream's server CPU covers its whole run, start-up included),

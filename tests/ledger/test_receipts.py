@@ -322,3 +322,22 @@ async def test_a_receipt_moved_to_another_lane_is_reported(admin_conn):
     exported = json.loads(json.dumps(await export(admin_conn), default=str))
     offline = {p["problem"].split(" (")[0] for p in r.verify_records(exported, {})[1]}
     assert "content does not match its hash" in offline
+
+
+async def test_a_release_joins_its_transitions_lane_even_after_the_lane_count_changed(admin_conn):
+    await claim(admin_conn, "b", "w:1")
+    await admin_conn.execute("SELECT 1 FROM mycelium.advance_boundary('b', 'w:1', 1, 'maybe_crossed')")
+    await admin_conn.execute("SELECT 1 FROM mycelium.fail('b', 'w:1', 1, 'timeout')")
+    first = await lane_of(admin_conn, "b")
+    # the lane count changes (every request id now hashes to lane 40)
+    await admin_conn.execute(
+        "CREATE OR REPLACE FUNCTION mycelium.receipt_lane_of(p_request_id text) RETURNS smallint"
+        " LANGUAGE sql IMMUTABLE AS $$ SELECT 40::smallint $$"
+    )
+    await admin_conn.execute("SELECT 1 FROM mycelium.release('b', 'not_executed', 'ann', 'no charge')")
+    await completed(admin_conn, "fresh")
+    rows = {(x["request_id"], x["kind"]): x for x in await export(admin_conn)}
+    assert rows[("b", "release")]["lane"] == rows[("b", "tool")]["lane"] == first != 40
+    assert rows[("b", "release")]["prev_hash"] == rows[("b", "tool")]["hash"]
+    assert rows[("fresh", "tool")]["lane"] == 40 and rows[("fresh", "tool")]["seq"] == 1
+    assert await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain()") == []
