@@ -109,8 +109,36 @@ def _signature(fn: Callable[..., Any]) -> inspect.Signature:
     return inspect.signature(fn)
 
 
+@functools.lru_cache(maxsize=1024)
+def _plain_parameters(fn: Callable[..., Any]) -> tuple[tuple[str, Any], ...] | None:
+    """Each parameter's name and default when all are plain (positional or keyword; no ``*args``,
+    ``**kwargs``, keyword-only or positional-only ones): the usual tool, bound without inspect."""
+    try:
+        params = _signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params):
+        return None
+    return tuple((p.name, p.default) for p in params)
+
+
 def bound_arguments(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The call's arguments by parameter name, defaults applied (positional and keyword spellings agree)."""
+    plain = _plain_parameters(fn)
+    if plain is not None and len(args) <= len(plain):
+        out = {name: value for (name, _), value in zip(plain, args, strict=False)}
+        taken = 0
+        for name, default in plain[len(args):]:
+            if name in kwargs:
+                out[name] = kwargs[name]
+                taken += 1
+            elif default is not inspect.Parameter.empty:
+                out[name] = default
+            else:
+                break  # a required argument is missing: inspect's answer below
+        else:
+            if taken == len(kwargs):  # no unknown keyword, none given twice
+                return out
     try:
         bound = _signature(fn).bind(*args, **kwargs)
     except (TypeError, ValueError):
