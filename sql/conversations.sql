@@ -1,8 +1,8 @@
 -- Conversations on the timeline: who a message names and wakes, pings, amendments, the post verb.
 --
 -- Builds on messages.sql (the append-only table with per-room, gapless, commit-ordered positions).
---   * mentions, silent_mentions and wakes are generated from the row itself, so a plain INSERT in
---     psql gets exactly what the hub's verbs get, and nobody can write them by hand;
+--   * mentions, silent_mentions and wakes are derived from the row itself on insert, so a plain
+--     INSERT in psql gets exactly what the hub's verbs get, and nobody can write them by hand;
 --   * wakes = the handles this message is a turn for (the await rule of contracts/message-envelope):
 --     an exchange whose payload is not a control signal, addressed to its recipients and its
 --     @-mentions, never to its own sender; an amendment wakes nobody (the original already did);
@@ -41,15 +41,17 @@ $$;
 COMMENT ON FUNCTION mycelium.message_wakes IS
   'The handles a message is a turn for: recipients and @-mentions of a non-control exchange, minus its sender.';
 
--- A stored generated expression is set up again for every INSERT statement (deserialised, planned,
--- SQL function bodies parsed to try inlining them), so each column is one call of a PL/pgSQL
--- function, compiled once per session, which asks the cheap question first (is there an '@' at
--- all? is this a control payload?): a notice or a ping, which has no prose, parses nothing.
+-- Derived from the row itself, never from the writer: the write gate's BEFORE INSERT trigger
+-- (messages_admit, floors.sql) sets all three on every insert, overwriting whatever an INSERT gave,
+-- so a plain INSERT in psql gets exactly what the hub's verbs get and nobody can forge a wake (the
+-- table is append-only: an insert is the only moment they are set). Not STORED generated columns:
+-- those expressions are set up again for every INSERT statement, where the trigger's PL/pgSQL is
+-- compiled once per session and parses nothing for a row with no prose and no recipients (a notice,
+-- a ping). Rows older than this file are board notices, for which '{}' is exact.
 ALTER TABLE mycelium.messages
-  ADD COLUMN mentions text[] GENERATED ALWAYS AS (mycelium.loud_mentions(content)) STORED,
-  ADD COLUMN silent_mentions text[] GENERATED ALWAYS AS (mycelium.silent_mentions(content)) STORED,
-  ADD COLUMN wakes text[] GENERATED ALWAYS AS (
-    mycelium.message_wakes(kind, subkind, payload_type, sender, recipients, content)) STORED;
+  ADD COLUMN mentions text[] NOT NULL DEFAULT '{}',
+  ADD COLUMN silent_mentions text[] NOT NULL DEFAULT '{}',
+  ADD COLUMN wakes text[] NOT NULL DEFAULT '{}';
 
 -- Who a message was ever for, to anchor a new handle's inbox (inbox_anchor); notices, pings and
 -- messages to nobody are left out, so appending them costs this index nothing.
@@ -90,7 +92,9 @@ $$;
 --   wake: a message that is somebody's turn hints '<position>\t<room>\t<handle>,<handle>…' on
 --         mycelium_wakes ('*' instead of the list when it would not fit).
 CREATE FUNCTION mycelium.messages_ping() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE who text;
+DECLARE
+  who text;
+  kept text;
 BEGIN
   IF NEW.episode <> mycelium.live_episode(NEW.room)
      AND NEW.payload_type NOT IN ('ping', 'notice', 'presence', 'keepalive') THEN
@@ -103,7 +107,15 @@ BEGIN
     IF octet_length(who) + octet_length(NEW.room) > 7000 THEN
       who := '*';
     END IF;
-    PERFORM mycelium.wake_hint('mycelium_wakes', NEW.position || E'\t' || NEW.room || E'\t' || who);
+    -- (mycelium.wake_hint written out, as in messages_after_insert: an assignment, not a query)
+    IF current_setting('mycelium.defer_wake', true) = 'on' THEN
+      kept := current_setting('mycelium.wake_hints', true);
+      kept := set_config('mycelium.wake_hints',
+        CASE WHEN coalesce(kept, '') = '' THEN '' ELSE kept || E'\n' END
+          || E'mycelium_wakes\t' || NEW.position || E'\t' || NEW.room || E'\t' || who, true);
+    ELSE
+      PERFORM pg_notify('mycelium_wakes', NEW.position || E'\t' || NEW.room || E'\t' || who);
+    END IF;
   END IF;
   RETURN NULL;
 END

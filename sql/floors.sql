@@ -102,13 +102,27 @@ COMMENT ON FUNCTION mycelium.check_thread_write IS
 
 -- Named to fire before messages_before_insert (which allocates the position): a refused write
 -- never touches the room's position counter. A write into the room's own channel (no episode, '',
--- or the live URN: every notice and ping) is open to everyone and returns at once.
+-- or the live URN: every notice and ping) is open to everyone.
+-- The same trigger then sets the row's derived columns (conversations.sql), whatever the INSERT
+-- gave: who the text names, loud and silent, and whom the message wakes. (One trigger for both:
+-- each trigger on the table is one more call per insert.) A row with no '@' in its text names
+-- nobody, and one that names nobody and has no recipients wakes nobody, so a notice or a ping
+-- parses nothing.
 CREATE FUNCTION mycelium.messages_admit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  IF coalesce(NEW.episode, '') = '' OR NEW.episode = mycelium.live_episode(NEW.room) THEN
-    RETURN NEW;
+  IF coalesce(NEW.episode, '') <> '' AND NEW.episode <> mycelium.live_episode(NEW.room) THEN
+    PERFORM mycelium.check_thread_write(NEW.room, NEW.episode, NEW.sender);
   END IF;
-  PERFORM mycelium.check_thread_write(NEW.room, NEW.episode, NEW.sender);
+  IF strpos(NEW.content, '@') = 0 THEN
+    NEW.mentions := '{}';
+    NEW.silent_mentions := '{}';
+  ELSE
+    NEW.mentions := mycelium.loud_mentions(NEW.content);
+    NEW.silent_mentions := mycelium.silent_mentions(NEW.content);
+  END IF;
+  NEW.wakes := CASE WHEN cardinality(NEW.mentions) = 0 AND cardinality(NEW.recipients) = 0 THEN '{}'
+                    ELSE mycelium.message_wakes(NEW.kind, NEW.subkind, NEW.payload_type, NEW.sender,
+                                                NEW.recipients, NEW.content) END;
   RETURN NEW;
 END
 $$;

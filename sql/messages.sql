@@ -118,9 +118,20 @@ $$;
 CREATE TRIGGER messages_before_insert BEFORE INSERT ON mycelium.messages
   FOR EACH ROW EXECUTE FUNCTION mycelium.messages_before_insert();
 
+-- The wake hint, as mycelium.wake_hint sends it, written out here: this runs on every insert, and a
+-- PERFORM of wake_hint is a query started and a function called per row, where the kept hint (the
+-- hub's verbs defer their hints) is one assignment.
 CREATE FUNCTION mycelium.messages_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE kept text;
 BEGIN
-  PERFORM mycelium.wake_hint('mycelium_messages', NEW.room || ' ' || NEW.position);
+  IF current_setting('mycelium.defer_wake', true) = 'on' THEN
+    kept := current_setting('mycelium.wake_hints', true);
+    kept := set_config('mycelium.wake_hints',
+      CASE WHEN coalesce(kept, '') = '' THEN '' ELSE kept || E'\n' END
+        || E'mycelium_messages\t' || NEW.room || ' ' || NEW.position, true);
+  ELSE
+    PERFORM pg_notify('mycelium_messages', NEW.room || ' ' || NEW.position);
+  END IF;
   RETURN NULL;
 END
 $$;

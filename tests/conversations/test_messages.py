@@ -61,10 +61,18 @@ async def test_messages_are_append_only_even_for_sql(task, admin_conn):
         with pytest.raises(asyncpg.PostgresError) as err:
             await admin_conn.execute(sql)
         assert err.value.sqlstate == "MY409"
-    with pytest.raises(asyncpg.PostgresError) as err:  # generated columns cannot be forged
-        await admin_conn.execute("INSERT INTO mycelium.messages (room, sender, wakes) "
-                                 "VALUES ('atlas', 'x', ARRAY['bob'])")
-    assert err.value.sqlstate == "428C9"
+
+
+async def test_the_derived_columns_of_a_plain_insert_cannot_be_forged(task, admin_conn):
+    forged = await admin_conn.fetchrow(
+        "INSERT INTO mycelium.messages (room, sender, wakes, mentions, silent_mentions) "
+        "VALUES ('atlas', 'x', ARRAY['bob'], ARRAY['bob'], ARRAY['eve']) RETURNING *")
+    assert forged["wakes"] == [] and forged["mentions"] == [] and forged["silent_mentions"] == []
+    named = await admin_conn.fetchrow(
+        "INSERT INTO mycelium.messages (room, sender, content, wakes, mentions) "
+        "VALUES ('atlas', 'x', 'over to @Bob, cc @~carol', ARRAY['eve'], ARRAY['eve']) RETURNING *")
+    assert named["wakes"] == ["bob"] and named["mentions"] == ["bob"]
+    assert named["silent_mentions"] == ["carol"]
 
 
 async def test_a_thread_write_raises_a_ping_in_the_channel_that_wakes_nobody(client, task, admin_conn):
