@@ -58,8 +58,11 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                           OR starts_with(lower(mycelium.episode_short_id(p_episode)), p_ref))
 $$;
 
+-- No foreign key to rooms: every document is written by the insert of its message (whose own key
+-- already holds the room until it commits), and a room's documents go with the room, by the
+-- statement trigger below; a key here was one more check (a query) per message appended.
 CREATE TABLE mycelium.message_search (
-  room text NOT NULL REFERENCES mycelium.rooms (name) ON DELETE CASCADE,
+  room text NOT NULL,
   position bigint NOT NULL,
   id uuid NOT NULL,
   episode text NOT NULL,
@@ -86,10 +89,21 @@ CREATE INDEX message_search_text ON mycelium.message_search USING gin (lowered g
 -- (no index by thread: a thread filter is thread_matches(), which no btree serves; a room's documents
 -- are found by the primary key)
 
+CREATE FUNCTION mycelium.message_search_forget() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM mycelium.message_search d USING gone WHERE d.room = gone.name;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER message_search_forget AFTER DELETE ON mycelium.rooms
+  REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION mycelium.message_search_forget();
+
 -- Write the document of message m whose current text is p_text (edited at p_edited, if it was);
--- p_mentions: every handle the text names, loud or silent, first seen first.
+-- p_mentions: every handle the text names, loud or silent, first seen first. Returns the document's
+-- position, so the trigger calls it by assignment (a simple expression) rather than by PERFORM (a
+-- query started per message).
 CREATE FUNCTION mycelium.index_message(m mycelium.messages, p_text text, p_edited timestamptz,
-                                       p_mentions text[]) RETURNS void LANGUAGE plpgsql AS $$
+                                       p_mentions text[]) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
   sender text := mycelium.normalize_handle(m.sender);
 BEGIN
@@ -125,6 +139,7 @@ BEGIN
     edited_at = excluded.edited_at, text = excluded.text, lowered = excluded.lowered,
     mention_handles = excluded.mention_handles, stance = excluded.stance, is_values = excluded.is_values,
     has_values = excluded.has_values;
+  RETURN m.position;
 END
 $$;
 
@@ -136,15 +151,18 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 CREATE FUNCTION mycelium.messages_index() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE original mycelium.messages;
+DECLARE
+  original mycelium.messages;
+  indexed bigint;
 BEGIN
   IF NEW.subkind = 'amend' AND cardinality(NEW.parents) > 0 THEN
     SELECT * INTO original FROM mycelium.messages WHERE room = NEW.room AND id = NEW.parents[1];
     IF FOUND THEN
-      PERFORM mycelium.index_message(original, NEW.content, NEW.created_at, mycelium.named_handles(NEW.content));
+      indexed := mycelium.index_message(original, NEW.content, NEW.created_at,
+                                        mycelium.named_handles(NEW.content));
     END IF;
   ELSE
-    PERFORM mycelium.index_message(NEW, NEW.content, NULL,
+    indexed := mycelium.index_message(NEW, NEW.content, NULL,
       CASE WHEN cardinality(NEW.mentions) + cardinality(NEW.silent_mentions) = 0 THEN '{}'
            ELSE mycelium.named_handles(NEW.content) END);
   END IF;

@@ -192,3 +192,14 @@ async def test_scanned_counts_what_the_search_looks_through_and_total_what_match
     assert notices > 0
     named = await search(client, "type:notice")
     assert (named["total"], named["scanned"]) == (notices, 4 + notices)
+
+
+async def test_a_deleted_room_takes_its_documents_and_a_new_room_of_its_name_finds_none(
+        client, seeded, admin_conn):
+    await admin_conn.execute("SELECT mycelium.create_room('other')")
+    await admin_conn.execute("SELECT mycelium.post_message('other', 'avery', 'Apple Pay elsewhere')")
+    await admin_conn.execute("SELECT mycelium.delete_room('atlas')")
+    left = await admin_conn.fetch("SELECT room, count(*) AS n FROM mycelium.message_search GROUP BY room")
+    assert [(r["room"], r["n"]) for r in left] == [("other", 1)]
+    await admin_conn.execute("SELECT mycelium.create_room('atlas')")
+    assert (await search(client, "apple"))["total"] == 0
