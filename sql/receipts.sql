@@ -21,9 +21,9 @@
 --   * PostgreSQL cannot sign with Ed25519: the hub signs each receipt's hash as it appears (key id
 --     recorded, public keys in receipt_keys). What waits for a signature is derived, not queued: one
 --     chain's receipts become visible in seq order (an append waits for the previous one's commit),
---     so the receipts past a chain's (agent and lane) signed-through mark are its unsigned ones. The verifier reports
---     every receipt without a signature, so none stays unsigned silently. (No NOTIFY here: it would
---     serialise every commit on the notify queue; the signer polls.)
+--     so the receipts past a chain's (agent and lane) signed-through mark are its unsigned ones. The
+--     verifier reports every receipt without a signature, so none stays unsigned silently. (No NOTIFY
+--     here: it would serialise every commit on the notify queue; the signer polls.)
 
 CREATE DOMAIN mycelium.receipt_kind AS text CHECK (VALUE IN ('tool', 'task', 'release'));
 CREATE DOMAIN mycelium.receipt_seq AS bigint CHECK (VALUE >= 1);
@@ -238,7 +238,7 @@ BEGIN
     resolved_by, resolution_reason, started_at, finished_at, hash)
   OVERRIDING SYSTEM VALUE
   VALUES (
-    substr(NEW.receipt_ref, 6)::bigint, NEW.agent_id, coalesce(lane, mycelium.receipt_lane_of(NEW.request_id)), 1,
+    substr(NEW.receipt_ref, 6)::bigint, NEW.agent_id, lane, 1,  -- no earlier receipt: the BEFORE trigger's lane
     CASE WHEN released THEN 'release' ELSE NEW.kind END, NEW.tool,
     NEW.request_id, NEW.transition_key, NEW.side_effect_class, NEW.policy_version, NEW.args_hash,
     CASE WHEN NEW.result IS NOT NULL THEN encode(sha256(convert_to(NEW.result::text, 'UTF8')), 'hex') END,

@@ -3,6 +3,7 @@ call, a lease lapsing under a live worker. The effects file counts what really h
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,3 +125,39 @@ def test_a_lease_lapsing_under_a_live_worker_never_yields_a_second_effect(db_dsn
     assert took_over["result"]["pid"] == peer.pid
     assert late["error"] == "LedgerOutcomeAlreadySetError"
     assert effects(tmp_path) == 1
+
+
+async def test_a_sync_caller_interrupted_while_its_claim_waits_lets_the_claim_go_instead_of_renewing_it(
+    db_dsn, admin_conn, tmp_path
+):
+    # the claim waits: a person holds the table against inserts
+    lock = admin_conn.transaction()
+    await lock.start()
+    await admin_conn.execute("LOCK TABLE mycelium.transitions IN SHARE ROW EXCLUSIVE MODE")
+    worker, ready = spawn(
+        "interrupted", db_dsn, tmp_path, "w", "--lease", "1.0", "--renew", "0.1", "--sleep", "3.0"
+    )
+    try:
+        wait_for(ready, worker)
+        watcher = await asyncpg.connect(db_dsn)
+        try:
+            waiting = "SELECT count(*) FROM pg_locks WHERE relation = 'mycelium.transitions'::regclass" \
+                " AND NOT granted"
+            for _ in range(3000):
+                if await watcher.fetchval(waiting):
+                    break
+                await asyncio.sleep(0.02)
+            else:
+                raise AssertionError("the worker's claim never waited on the lock")
+            os.kill(worker.pid, signal.SIGINT)  # Ctrl-C while the claim is still waiting
+            await asyncio.to_thread(wait_for, tmp_path / "interrupted", worker)
+        finally:
+            await watcher.close()
+    finally:
+        await lock.rollback()  # the claim now goes through on the worker's store loop
+    assert (await asyncio.to_thread(finish, worker)) == {"interrupted": True}
+    row = await admin_conn.fetchrow("SELECT terminal_outcome, error, fence FROM mycelium.transitions")
+    # let go as a failure before the body ran: not a lease renewed for as long as the process lives
+    assert row["terminal_outcome"] == "FAILED_BEFORE_EFFECT" and row["fence"] == 1
+    assert row["error"].startswith("KeyboardInterrupt")
+    assert effects(tmp_path) == 0

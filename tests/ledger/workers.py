@@ -33,7 +33,8 @@ def effect(path: Path, line: str) -> None:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument(
-        "mode", choices=["slow", "crash_before", "crash_inside", "crash_crossed", "crash_after", "late"]
+        "mode",
+        choices=["slow", "crash_before", "crash_inside", "crash_crossed", "crash_after", "late", "interrupted"],
     )
     p.add_argument("--dsn", required=True)
     p.add_argument("--effects", type=Path, required=True)
@@ -82,6 +83,18 @@ def main() -> int:
             time.sleep(a.sleep)
         return {"task": task, "result": "done", "pid": os.getpid()}
 
+    if a.mode == "interrupted":  # Ctrl-C while the claim waits; the process lives on for a while
+        ready()
+        try:
+            subagent_task("analyze_market", tool_call_id=a.call)
+            out = {"result": "not interrupted"}
+        except KeyboardInterrupt:
+            a.effects.with_name("interrupted").write_text("1")
+            time.sleep(a.sleep)
+            out = {"interrupted": True}
+        print(json.dumps(out), flush=True)
+        store.close()
+        return 0
     try:
         result = subagent_task("analyze_market", tool_call_id=a.call)
         out = {"result": result}

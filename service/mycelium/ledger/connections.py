@@ -10,8 +10,11 @@ a query) it is closed, and the next call opens a fresh one.
 
 The statement timeout is kept here rather than by asyncpg's ``command_timeout``, which sets and cancels
 a timer per statement (about a fifth of the client CPU of a claim → complete cycle): one timer, set for
-the oldest statement still running, cancels a statement that outlives the timeout (asyncpg then asks
-the server to cancel it) and the call raises TimeoutError.
+the oldest statement still running, cancels a statement that outlives the timeout, its connection is
+closed and the call raises TimeoutError. Closing the connection does not stop the statement on the
+server at once (the backend notices the lost client when it next talks to it), so a verb that was only
+slow may still commit after the caller saw the timeout: the caller learns the outcome from the ledger
+on its next claim, as with any other lost answer.
 """
 
 from __future__ import annotations
@@ -44,8 +47,8 @@ class ConnectionSet:
         self._closed = False
         self._timeout = timeout
         # the statements running now: their deadline and the task awaiting each (start order)
+        # (_expire removes a statement it cancels: a watched statement missing from here was overdue)
         self._running: dict[asyncpg.Connection, tuple[float, asyncio.Task[Any]]] = {}
-        self._overdue: set[asyncpg.Connection] = set()
         self._timer: asyncio.TimerHandle | None = None
 
     async def fill(self, count: int) -> None:
@@ -58,8 +61,12 @@ class ConnectionSet:
             conn = self._take()
             if conn is None:
                 conn = await self._connect()
+            task, cancelling = None, 0
             if self._timeout is not None:
-                self._watch(conn, self._timeout)
+                task = asyncio.current_task()
+                if task is not None:
+                    # the cancellations the task already carries: a timeout is ours only beyond them
+                    cancelling = self._watch(conn, task, self._timeout)
             try:
                 row = await conn.fetchrow(query, *args)
             except asyncpg.PostgresError as exc:
@@ -70,15 +77,12 @@ class ConnectionSet:
                     self._put_back(conn)
                 raise
             except asyncio.CancelledError:
-                self._running.pop(conn, None)
+                overdue = task is not None and self._running.pop(conn, None) is None
                 conn.terminate()
-                if conn in self._overdue:
-                    self._overdue.discard(conn)
-                    task = asyncio.current_task()
-                    if task is not None and task.uncancel() == 0:
-                        raise TimeoutError(
-                            f"the statement ran longer than the store's timeout ({self._timeout:g} s)"
-                        ) from None
+                if overdue and task is not None and task.uncancel() <= cancelling:
+                    raise TimeoutError(
+                        f"the statement ran longer than the store's timeout ({self._timeout:g} s)"
+                    ) from None
                 raise
             except BaseException:
                 self._running.pop(conn, None)
@@ -88,15 +92,14 @@ class ConnectionSet:
             self._put_back(conn)
             return row
 
-    def _watch(self, conn: asyncpg.Connection, timeout: float) -> None:
+    def _watch(self, conn: asyncpg.Connection, task: asyncio.Task[Any], timeout: float) -> int:
+        """Time the statement ``task`` runs on ``conn``; return how many cancellations it already has."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        task = asyncio.current_task()
-        if task is None:
-            return
         self._running[conn] = (deadline, task)
         if self._timer is None:
             self._timer = loop.call_at(deadline, self._expire)
+        return task.cancelling()
 
     def _expire(self) -> None:
         """Cancel every statement past its deadline; set the timer for the next deadline, if any."""
@@ -108,7 +111,6 @@ class ConnectionSet:
                 later = deadline if later is None else min(later, deadline)
                 continue
             del self._running[conn]
-            self._overdue.add(conn)
             task.cancel()
         if later is not None:
             self._timer = loop.call_at(later, self._expire)
@@ -129,6 +131,9 @@ class ConnectionSet:
     async def close(self) -> None:
         """Close the idle connections now; the ones in use close when their call ends."""
         self._closed = True
+        if self._timer is not None and not self._running:  # statements still running keep theirs
+            self._timer.cancel()
+            self._timer = None
         idle, self._idle = self._idle, []
         for conn in idle:
             try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from concurrent.futures import Future
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -133,6 +134,9 @@ class HubLedgerStorage:
 
     def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._bridge.run(coro)
+
+    def submit_sync(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        return self._bridge.submit(coro)
 
     async def aclose(self) -> None:
         client = self._clients.pop(asyncio.get_running_loop(), None)

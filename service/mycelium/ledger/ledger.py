@@ -14,8 +14,10 @@ import socket
 import time
 import weakref
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from mycelium.ledger.binding import ToolTransitionBinding
@@ -238,12 +240,10 @@ class ActionLedger:
         interval = self.lease_ttl / 3 if self.lease_renew_interval is None else self.lease_renew_interval
         return max(interval, 0.01) if interval > 0 else 0.0
 
-    async def _keep_renewing(self, active: ActiveTransition, first_now: bool = False) -> None:
+    async def _keep_renewing(self, active: ActiveTransition) -> None:
+        """Renew now, then every interval, until cancelled (the first renewal is due when it starts)."""
         interval = self._renew_interval()
         while True:
-            if not first_now:
-                await asyncio.sleep(interval)
-            first_now = False
             try:
                 await active.arenew()
             except LedgerStorageUnavailableError as exc:
@@ -253,6 +253,7 @@ class ActionLedger:
                     "lease renewal of %s stopped: %s (the body keeps running)", active.request_id, exc
                 )
                 return
+            await asyncio.sleep(interval)
 
     async def _settle(self, active: ActiveTransition, outcome: BaseException | None, result: Any) -> None:
         """Record how the body ended. A failure is classified by the stored boundary, in the database."""
@@ -322,7 +323,14 @@ class ActionLedger:
         s = self.storage
         request = self.claim_request(tool, binding, ident, reconciler=reconciler, defer=defer, kind=kind)
         # two trips to the store's loop per call: claim (and start keeping the lease), then let go
-        claim, active = s.run_sync(self._claim_and_keep(request, tool, reconciler, wait))
+        started = s.submit_sync(self._claim_and_keep(request, tool, reconciler, wait))
+        try:
+            claim, active = started.result()
+        except BaseException as exc:
+            # Interrupted while waiting (Ctrl-C): the claim goes on on the store's loop; if it ends
+            # holding the lease, let go of it as a failure before the body ran, never renew it on.
+            started.add_done_callback(partial(self._abandon, exc))
+            raise
         if active is None:
             return claim.transition.result
         token = _active.set(active)
@@ -335,6 +343,14 @@ class ActionLedger:
             _active.reset(token)
         s.run_sync(self._let_go(active, None, result))
         return result
+
+    def _abandon(self, exc: BaseException, started: Future[tuple[Claim, ActiveTransition | None]]) -> None:
+        """Let go of a claim whose synchronous caller stopped waiting for it (see run_sync)."""
+        if started.cancelled() or started.exception() is not None:
+            return
+        _claim, active = started.result()
+        if active is not None:
+            self.storage.submit_sync(self._let_go(active, exc, None))
 
     async def _claim_and_keep(
         self, request: ClaimRequest, tool: str, reconciler: Any, wait: bool
@@ -401,7 +417,7 @@ class _Renewals:
                 later = due if later is None else min(later, due)
                 continue
             del self._due[key]
-            self._renewing[key] = loop.create_task(self._ledger._keep_renewing(active, first_now=True))
+            self._renewing[key] = loop.create_task(self._ledger._keep_renewing(active))
         if later is not None:
             self._timer = loop.call_at(later, self._fire)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import asyncpg
@@ -78,7 +79,9 @@ class PostgresLedgerStorage:
         # no command_timeout: the connection set times statements out (one timer, not one per statement)
         conn = await asyncpg.connect(self.dsn)
         try:
-            await self._init(conn)
+            # the set times only the verbs: the set-up statements keep the store's timeout here
+            async with asyncio.timeout(self._timeout):
+                await self._init(conn)
         except BaseException:
             conn.terminate()
             raise
@@ -178,6 +181,9 @@ class PostgresLedgerStorage:
 
     def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._bridge.run(coro)
+
+    def submit_sync(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        return self._bridge.submit(coro)
 
     async def aclose(self) -> None:
         """Close the connections of the running loop."""

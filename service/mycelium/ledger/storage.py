@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any, Protocol
 
 from mycelium.ledger.record import Claim, ClaimRequest, Transition
@@ -57,6 +58,10 @@ class LedgerStorage(Protocol):
 
     def run_sync(self, coro: Any) -> Any:
         """Run one of the coroutines above from synchronous code (any thread) and wait for it."""
+        ...
+
+    def submit_sync(self, coro: Any) -> Future[Any]:
+        """Start one of the coroutines above from synchronous code (any thread); do not wait."""
         ...
 
     async def aclose(self) -> None: ...
