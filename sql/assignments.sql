@@ -137,7 +137,7 @@ CREATE FUNCTION mycelium.lease_written(m mycelium.memories, a mycelium.assignmen
 RETURNS mycelium.lease_read LANGUAGE sql STABLE AS $$
   SELECT ROW(
     m.room, m.key, m.episode, m.version, mycelium.memory_title(m.value, m.meta), a.state, a.state, a.owner,
-    a.claimed_at, a.ttl_minutes, a.claimed_at + make_interval(mins => a.ttl_minutes),
+    a.claimed_at, a.ttl_minutes, mycelium.task_lease_end(a.claimed_at, a.ttl_minutes),
     CASE WHEN a.state = 'held' THEN 'fresh' END, a.note, a.note_by, p_waiting_on, a.claim_id,
     a.version)::mycelium.lease_read
 $$;
@@ -497,6 +497,9 @@ BEGIN
     SELECT x.version, x.value, x.meta INTO m.version, m.value, m.meta
     FROM mycelium.memories x WHERE x.room = p_room AND x.key = p_key
     FOR NO KEY UPDATE;
+    IF NOT FOUND THEN  -- deleted since the first read
+      PERFORM mycelium.refuse_task_lease(p_room, p_key);
+    END IF;
   END IF;
   m.room := p_room;
   m.key := p_key;

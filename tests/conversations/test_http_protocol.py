@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
+
 from mycelium.api.http_protocol import _OneSendPerTurn
 
 
@@ -51,6 +53,18 @@ async def test_a_close_sends_what_is_pending_first_and_nothing_goes_out_after_it
     assert real.writes == [b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n"] and real.closed
     await asyncio.sleep(0)
     assert len(real.writes) == 1 and t.is_closing()
+
+
+async def test_a_large_body_goes_out_at_once_instead_of_waiting_for_the_turn_to_end() -> None:
+    real = Recorder()
+    t = _OneSendPerTurn(real, asyncio.get_running_loop())  # type: ignore[arg-type]
+    t.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    t.write(b"x" * (HIGH_WATER_LIMIT - 100))
+    assert real.writes == []
+    t.write(b"y" * 200)  # past the transport's high-water mark: written now, under its flow control
+    assert len(real.writes) == 1 and len(real.writes[0]) == 19 + HIGH_WATER_LIMIT + 100
+    await asyncio.sleep(0)
+    assert len(real.writes) == 1
 
 
 async def request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str) -> tuple[bytes, bytes]:

@@ -13,30 +13,39 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 
 class _OneSendPerTurn:
     """A transport whose writes within one loop turn go out as one write of the real transport."""
 
-    __slots__ = ("_loop", "_pending", "_transport")
+    __slots__ = ("_loop", "_pending", "_size", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] | None = None
+        self._size = 0
 
     def write(self, data: bytes) -> None:
         if self._pending is None:
-            self._pending = [data]
+            self._pending, self._size = [data], len(data)
             self._loop.call_soon(self._flush)
         else:
             self._pending.append(data)
+            self._size += len(data)
+        if self._size >= HIGH_WATER_LIMIT:  # a large body goes out now, under the transport's flow control
+            self._flush()
 
     def _flush(self) -> None:
         pending, self._pending = self._pending, None
         if pending and not self._transport.is_closing():
             self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
 
     def close(self) -> None:
         self._flush()
