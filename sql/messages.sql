@@ -99,7 +99,8 @@ BEGIN
     WHEN NOT mycelium.message_kind_valid(NEW.kind) THEN 'messages_kind_check'
     WHEN NOT mycelium.payload_type_valid(NEW.payload_type) THEN 'messages_payload_type_check'
     WHEN NOT mycelium.sender_role_valid(NEW.sender_role) THEN 'messages_sender_role_check'
-    WHEN NOT mycelium.message_subkind_valid(NEW.kind, NEW.subkind) THEN 'message_subkind_valid'
+    WHEN coalesce(NEW.subkind, '') <> '' AND NOT mycelium.message_subkind_valid(NEW.kind, NEW.subkind)
+      THEN 'message_subkind_valid'
     WHEN btrim(NEW.sender) = '' THEN 'messages_sender_check'
     WHEN jsonb_typeof(NEW.payload) <> 'object' THEN 'messages_payload_check'
   END;
