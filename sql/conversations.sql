@@ -83,18 +83,22 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------------
--- Triggers: the ping and the wake hint.
+-- Triggers: the ping, the wake hint and the search document.
 
--- One AFTER trigger for both (each trigger on the table is one more call per insert, and a WHEN
+-- One AFTER trigger for all three (each trigger on the table is one more call per insert, and a WHEN
 -- clause is deserialised and planned again for every INSERT statement, a PL/pgSQL body once per
 -- session): the ping first, then the wake hint, so the ping's own hint comes before it.
 --   ping: a write into a thread (not the room's channel, and prose) raises one in the channel;
 --   wake: a message that is somebody's turn hints '<position>\t<room>\t<handle>,<handle>…' on
---         mycelium_wakes ('*' instead of the list when it would not fit).
-CREATE FUNCTION mycelium.messages_ping() RETURNS trigger LANGUAGE plpgsql AS $$
+--         mycelium_wakes ('*' instead of the list when it would not fit);
+--   search: the message's document (message_search.sql: index_message), or, for an amendment, its
+--         original's document rewritten with the newest text.
+CREATE FUNCTION mycelium.messages_follow_up() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   who text;
   kept text;
+  original mycelium.messages;
+  indexed bigint;
 BEGIN
   IF NEW.episode <> mycelium.live_episode(NEW.room)
      AND NEW.payload_type NOT IN ('ping', 'notice', 'presence', 'keepalive') THEN
@@ -117,11 +121,22 @@ BEGIN
       PERFORM pg_notify('mycelium_wakes', NEW.position || E'\t' || NEW.room || E'\t' || who);
     END IF;
   END IF;
+  IF NEW.subkind = 'amend' AND cardinality(NEW.parents) > 0 THEN
+    SELECT * INTO original FROM mycelium.messages WHERE room = NEW.room AND id = NEW.parents[1];
+    IF FOUND THEN
+      indexed := mycelium.index_message(original, NEW.content, NEW.created_at,
+                                        mycelium.named_handles(NEW.content));
+    END IF;
+  ELSE
+    indexed := mycelium.index_message(NEW, NEW.content, NULL,
+      CASE WHEN cardinality(NEW.mentions) + cardinality(NEW.silent_mentions) = 0 THEN '{}'
+           ELSE mycelium.named_handles(NEW.content) END);
+  END IF;
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER messages_ping AFTER INSERT ON mycelium.messages
-  FOR EACH ROW EXECUTE FUNCTION mycelium.messages_ping();
+CREATE TRIGGER messages_follow_up AFTER INSERT ON mycelium.messages
+  FOR EACH ROW EXECUTE FUNCTION mycelium.messages_follow_up();
 
 -- ---------------------------------------------------------------------------------------------
 -- Verbs.

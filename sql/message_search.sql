@@ -1,6 +1,7 @@
 -- Message search: one document per readable message with every field the search grammar narrows
 -- by (contracts/message-search.json), kept by the database as messages arrive: a message inserts its
--- document, an amendment rewrites its original's (newest text, edited). Like an index, documents
+-- document, an amendment rewrites its original's (newest text, edited); the timeline's after-insert
+-- trigger (messages_follow_up, conversations.sql) calls index_message. Like an index, documents
 -- are derived and never written by a client. The query itself is composed per request
 -- (service/mycelium/conversations/search.py); the task a thread belongs to is joined at query time,
 -- so a renamed task is found by its new title.
@@ -159,28 +160,6 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT coalesce(array_agg(handle ORDER BY first_seen), '{}')
   FROM (SELECT handle, min(first_seen) AS first_seen FROM mycelium.mentions_in(p_text) GROUP BY handle) x
 $$;
-
-CREATE FUNCTION mycelium.messages_index() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-  original mycelium.messages;
-  indexed bigint;
-BEGIN
-  IF NEW.subkind = 'amend' AND cardinality(NEW.parents) > 0 THEN
-    SELECT * INTO original FROM mycelium.messages WHERE room = NEW.room AND id = NEW.parents[1];
-    IF FOUND THEN
-      indexed := mycelium.index_message(original, NEW.content, NEW.created_at,
-                                        mycelium.named_handles(NEW.content));
-    END IF;
-  ELSE
-    indexed := mycelium.index_message(NEW, NEW.content, NULL,
-      CASE WHEN cardinality(NEW.mentions) + cardinality(NEW.silent_mentions) = 0 THEN '{}'
-           ELSE mycelium.named_handles(NEW.content) END);
-  END IF;
-  RETURN NULL;
-END
-$$;
-CREATE TRIGGER messages_index AFTER INSERT ON mycelium.messages
-  FOR EACH ROW EXECUTE FUNCTION mycelium.messages_index();
 
 -- Messages written before this file was applied.
 SELECT mycelium.index_message(m, t.text, t.edited_at, mycelium.named_handles(t.text))

@@ -22,12 +22,12 @@ FUNCTIONS = (
     "normalize_handle", "handle_is_normalised", "handle_problem", "handle_problem_sentence", "require_handle",
     "mentions_in",
     "loud_mentions", "silent_mentions", "mentions_handle", "message_wakes", "episode_ref",
-    "messages_ping", "messages_wake", "post_message", "amend_message", "handle_list",
+    "messages_follow_up", "messages_wake", "post_message", "amend_message", "handle_list",
     "thread_known", "describe_floor", "check_thread_write", "messages_admit", "floors_before_write",
     "floors_after_write", "hold_floor", "release_floor", "freeze_roster", "thaw_roster",
     "delivery_cursors_forward", "inbox_anchor", "touch_presence", "take_next", "reply", "room_members",
     "message_type_of", "stance_of", "message_has", "thread_matches", "index_message", "named_handles",
-    "messages_index", "message_search_forget",
+    "message_search_forget",
 )
 
 
@@ -41,11 +41,10 @@ def upgrade() -> None:
 def downgrade() -> None:
     names = ", ".join(f"'{name}'" for name in FUNCTIONS)
     drop_sql(op, f"""
-      DROP TRIGGER IF EXISTS messages_index ON mycelium.messages;
       DROP TRIGGER IF EXISTS message_search_forget ON mycelium.rooms;
       DROP TABLE IF EXISTS mycelium.message_search CASCADE;
       DROP TRIGGER IF EXISTS messages_admit ON mycelium.messages;
-      DROP TRIGGER IF EXISTS messages_ping ON mycelium.messages;
+      DROP TRIGGER IF EXISTS messages_follow_up ON mycelium.messages;
       DROP TRIGGER IF EXISTS messages_wake ON mycelium.messages;
       -- CASCADE takes the verbs whose signatures name these tables' or the view's row types
       DROP TABLE IF EXISTS mycelium.early_deliveries, mycelium.delivery_cursors, mycelium.presence,
