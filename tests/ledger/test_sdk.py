@@ -8,6 +8,7 @@ import pytest
 
 from mycelium import (
     LedgerHardBlockError,
+    LedgerPollTimeoutError,
     LedgerSoftBlockError,
     ReconcileResult,
     ToolTransitionBinding,
@@ -32,6 +33,15 @@ class Charges:
 async def row_of(store, fn, binding, *args, **kwargs):
     ident = identify(fn.__wrapped__, fn.__name__, binding.with_agent("agent-1", "v1"), args, kwargs)
     return await store.get(ident.request_id)
+
+
+async def held_by_renewal_alone(store, fn, binding, *args, **kwargs) -> None:
+    """Past twice the lease, the running call still holds it, and a peer polls rather than reclaims."""
+    await asyncio.sleep(1.5)
+    row = await row_of(store, fn, binding, *args, **kwargs)
+    assert (row.terminal_outcome, row.fence) == ("IN_FLIGHT", 1)
+    with pytest.raises(LedgerPollTimeoutError):
+        await fn(*args, **kwargs)
 
 
 async def test_a_crash_inside_side_effect_is_ambiguous_and_the_redispatch_hard_blocks(make_ledger, store):
@@ -195,13 +205,7 @@ async def test_the_lease_is_renewed_while_a_long_body_runs(make_ledger, store):
 
     first = asyncio.create_task(long_job(1, tool_call_id="c"))
     await started.wait()
-    await asyncio.sleep(1.5)  # over twice the lease: only renewal keeps it held
-    row = await row_of(store, long_job, binding, 1, tool_call_id="c")
-    assert (row.terminal_outcome, row.fence) == ("IN_FLIGHT", 1)
-    from mycelium import LedgerPollTimeoutError
-
-    with pytest.raises(LedgerPollTimeoutError):
-        await long_job(1, tool_call_id="c")  # a peer polls; it does not reclaim
+    await held_by_renewal_alone(store, long_job, binding, 1, tool_call_id="c")
     finish.set()
     assert await first == "done"
     assert (await row_of(store, long_job, binding, 1, tool_call_id="c")).fence == 1
@@ -234,21 +238,13 @@ async def test_a_long_body_is_renewed_though_shorter_calls_began_and_ended_aroun
     assert await short == "short"
     for i in range(5):  # more short calls come and go while the long body runs
         assert await job(2 + i, tool_call_id=f"q{i}") == "quick"
-    await asyncio.sleep(1.5)  # over twice the lease: only renewal keeps it held
-    row = await row_of(store, job, binding, 1, tool_call_id="l")
-    assert (row.terminal_outcome, row.fence) == ("IN_FLIGHT", 1)
-    from mycelium import LedgerPollTimeoutError
-
-    with pytest.raises(LedgerPollTimeoutError):
-        await job(1, tool_call_id="l")  # a peer polls; it does not reclaim
+    await held_by_renewal_alone(store, job, binding, 1, tool_call_id="l")
     finish.set()
     assert await long == "long"
 
 
 async def test_a_sync_body_keeps_its_lease_while_it_runs(make_ledger, store):
     import threading
-
-    from mycelium import LedgerPollTimeoutError
 
     led = make_ledger(lease_ttl=0.6, lease_renew_interval=0.1, poll_timeout=0.3)
     started, finish = threading.Event(), threading.Event()
