@@ -92,7 +92,8 @@ $$;
 --   wake: a message that is somebody's turn hints '<position>\t<room>\t<handle>,<handle>…' on
 --         mycelium_wakes ('*' instead of the list when it would not fit);
 --   search: the message's document (message_search.sql: index_message), or, for an amendment, its
---         original's document rewritten with the newest text.
+--         original's document rewritten with the newest text; a notice has none (its document is
+--         derived by the message_documents view when a search looks through notices).
 CREATE FUNCTION mycelium.messages_follow_up() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   who text;
@@ -127,7 +128,7 @@ BEGIN
       indexed := mycelium.index_message(original, NEW.content, NEW.created_at,
                                         mycelium.named_handles(NEW.content));
     END IF;
-  ELSE
+  ELSIF NOT mycelium.stored_without_document(NEW.payload_type, NEW.payload, NEW.subkind, NEW.parents) THEN
     indexed := mycelium.index_message(NEW, NEW.content, NULL,
       CASE WHEN cardinality(NEW.mentions) + cardinality(NEW.silent_mentions) = 0 THEN '{}'
            ELSE mycelium.named_handles(NEW.content) END);

@@ -154,6 +154,15 @@ BEGIN
 END
 $$;
 
+-- A message whose document is not stored but derived (message_documents): a notice not amending
+-- anything whose payload names no message_type (its type_value is then 'notice'). SQL, so inlined.
+CREATE FUNCTION mycelium.stored_without_document(p_payload_type text, p_payload jsonb, p_subkind text,
+                                                 p_parents uuid[]) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT p_payload_type = 'notice' AND NOT p_payload ? 'message_type'
+         AND NOT (coalesce(p_subkind, '') = 'amend' AND cardinality(p_parents) > 0)
+$$;
+
 -- Every handle a text names, loud or silent, each once, first seen first.
 CREATE FUNCTION mycelium.named_handles(p_text text) RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -161,6 +170,43 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   FROM (SELECT handle, min(first_seen) AS first_seen FROM mycelium.mentions_in(p_text) GROUP BY handle) x
 $$;
 
--- Messages written before this file was applied.
+-- Every searchable message's document: the table's, and for a notice that has none, the same fields
+-- derived from the timeline row at query time. A notice is prose-free board traffic (two per claim
+-- and resolve, appended while the room's position lock is held) that only a search naming
+-- `type:notice` looks through, so it gets no stored document (messages_follow_up skips it) unless
+-- it is amended or its payload names a message_type (index_message writes one then, and that one
+-- is read instead). The expressions are index_message's for a message never edited whose
+-- type_value is 'notice'; the search reads this view only when its scope includes notices.
+CREATE VIEW mycelium.message_documents AS
+SELECT * FROM mycelium.message_search
+UNION ALL
+SELECT m.room, m.position, m.id, m.episode, m.created_at, NULL::timestamptz, m.content, lower(m.content),
+       mycelium.normalize_handle(m.sender),
+       CASE WHEN cardinality(m.recipients) = 0 THEN '{}'::text[] ELSE
+         ARRAY(SELECT DISTINCT mycelium.normalize_handle(r) FROM unnest(m.recipients) r
+               WHERE mycelium.normalize_handle(r) NOT IN ('', mycelium.normalize_handle(m.sender))) END,
+       CASE WHEN cardinality(m.mentions) + cardinality(m.silent_mentions) = 0 THEN '{}'::text[]
+            ELSE mycelium.named_handles(m.content) END,
+       CASE WHEN m.episode = mycelium.live_episode(m.room) THEN 'channel' ELSE 'thread' END,
+       'notice',
+       coalesce(nullif(m.payload -> 'metadata' ->> 'kind', ''), nullif(m.subkind, '')),
+       m.payload -> 'metadata' ->> 'status',
+       CASE WHEN m.payload ? 'action' OR strpos(m.content, '[[') > 0
+            THEN mycelium.stance_of(m.payload, m.content) END,
+       lower(m.payload ->> 'step'),
+       CASE WHEN m.payload ? 'step' THEN ARRAY['conductor'] ELSE '{}'::text[] END,
+       mycelium.message_has(m.content, m.payload,
+         CASE WHEN cardinality(m.mentions) + cardinality(m.silent_mentions) = 0 THEN '{}'::text[]
+              ELSE mycelium.named_handles(m.content) END),
+       (m.created_at AT TIME ZONE 'UTC')::date::text,
+       CASE WHEN jsonb_typeof(m.payload -> 'metadata' -> 'ttl_seconds') = 'number'
+            THEN m.created_at + make_interval(secs => (m.payload -> 'metadata' ->> 'ttl_seconds')::double precision)
+       END
+FROM mycelium.messages m
+WHERE mycelium.stored_without_document(m.payload_type, m.payload, m.subkind, m.parents)
+  AND NOT EXISTS (SELECT 1 FROM mycelium.message_search d WHERE d.room = m.room AND d.position = m.position);
+
+-- Messages written before this file was applied (a notice's document is the view's).
 SELECT mycelium.index_message(m, t.text, t.edited_at, mycelium.named_handles(t.text))
-FROM mycelium.timeline t JOIN mycelium.messages m ON m.room = t.room AND m.position = t.position;
+FROM mycelium.timeline t JOIN mycelium.messages m ON m.room = t.room AND m.position = t.position
+WHERE t.edited_at IS NOT NULL OR NOT mycelium.stored_without_document(m.payload_type, m.payload, m.subkind, m.parents);

@@ -27,7 +27,7 @@ FUNCTIONS = (
     "floors_after_write", "hold_floor", "release_floor", "freeze_roster", "thaw_roster",
     "delivery_cursors_forward", "inbox_anchor", "touch_presence", "take_next", "reply", "room_members",
     "message_type_of", "stance_of", "message_has", "thread_matches", "index_message", "named_handles",
-    "message_search_forget",
+    "message_search_forget", "stored_without_document",
 )
 
 
@@ -42,6 +42,7 @@ def downgrade() -> None:
     names = ", ".join(f"'{name}'" for name in FUNCTIONS)
     drop_sql(op, f"""
       DROP TRIGGER IF EXISTS message_search_forget ON mycelium.rooms;
+      DROP VIEW IF EXISTS mycelium.message_documents;
       DROP TABLE IF EXISTS mycelium.message_search CASCADE;
       DROP TRIGGER IF EXISTS messages_admit ON mycelium.messages;
       DROP TRIGGER IF EXISTS messages_follow_up ON mycelium.messages;

@@ -188,7 +188,7 @@ async def test_scanned_counts_what_the_search_looks_through_and_total_what_match
     prose = await search(client, "apple")
     assert (prose["total"], prose["scanned"]) == (2, 4)  # pings and notices are not looked through
     notices = await admin_conn.fetchval(
-        "SELECT count(*) FROM mycelium.message_search WHERE room = 'atlas' AND type_value = 'notice'")
+        "SELECT count(*) FROM mycelium.messages WHERE room = 'atlas' AND payload_type = 'notice'")
     assert notices > 0
     named = await search(client, "type:notice")
     assert (named["total"], named["scanned"]) == (notices, 4 + notices)

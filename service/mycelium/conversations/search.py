@@ -2,7 +2,9 @@
 
 The query is composed per request with SQLAlchemy Core over ``mycelium.message_search`` (one document
 per readable message with every searchable field, kept by the database as messages arrive; the
-text has a trigram index) joined to the memory bound to each thread, and sent through asyncpg.
+text has a trigram index), or, when the scope includes notices, over ``mycelium.message_documents``
+(those documents and the notices', which are derived at query time rather than stored on every
+board move), joined to the memory bound to each thread, and sent through asyncpg.
 It reproduces the reference rules of the grammar module:
 
 * **matching and score**: every word and phrase must appear (case-insensitive substring), no
@@ -62,14 +64,24 @@ FACET_SIZE = 12
 _TEXT_ARRAY = ARRAY(Text)
 _SCALAR_COLUMNS = ("room", "episode", "text", "lowered", "from_handle", "in_value", "type_value",
                    "kind_value", "status_value", "stance", "step", "day")
-docs = table(
-    "message_search",
-    *(column(name, Text) for name in _SCALAR_COLUMNS),
-    column("position", Integer), column("id"), column("created_at", DateTime(timezone=True)),
-    column("edited_at", DateTime(timezone=True)), column("expires_at", DateTime(timezone=True)),
-    *(column(name, _TEXT_ARRAY) for name in ("to_handles", "mention_handles", "is_values", "has_values")),
-    schema="mycelium",
-)
+
+
+def _documents(name: str) -> Any:
+    """A relation of search documents (every one has the same columns)."""
+    return table(
+        name,
+        *(column(name, Text) for name in _SCALAR_COLUMNS),
+        column("position", Integer), column("id"), column("created_at", DateTime(timezone=True)),
+        column("edited_at", DateTime(timezone=True)), column("expires_at", DateTime(timezone=True)),
+        *(column(name, _TEXT_ARRAY) for name in ("to_handles", "mention_handles", "is_values", "has_values")),
+        schema="mycelium",
+    )
+
+
+#: The stored documents: every message a search looks through unless its scope includes notices.
+stored_docs = _documents("message_search")
+#: Those and the notices' documents, derived from the timeline (notices store none).
+all_docs = _documents("message_documents")
 memories = table("memories", column("room", Text), column("episode", Text), column("key", Text),
                  column("value"), column("meta"), schema="mycelium")
 _dialect = asyncpg_dialect()
@@ -246,6 +258,7 @@ async def search_messages(
         paging = parse_cursor(cursor, query.sort)
 
         scope_types = [t for t in NOT_PROSE if t not in query.named_types]
+        docs = stored_docs if "notice" in scope_types else all_docs
         bound = and_(memories.c.room == docs.c.room, memories.c.episode == docs.c.episode)
         title = func.mycelium.memory_title(memories.c.value, memories.c.meta, type_=Text)
         # what a search looks through: the room's documents of the types in scope, not expired
