@@ -138,36 +138,8 @@ CREATE TABLE mycelium.transitions (
   updated_at timestamptz NOT NULL DEFAULT now()
 );
 
--- Where an outcome stands says what must (not) be on the row. One CHECK over the whole row, written
--- in PL/pgSQL: separate CHECK expressions are read back from the catalog and compiled again by every
--- INSERT and UPDATE, a call is only a call. A violation names the rule it breaks.
-CREATE FUNCTION mycelium.transition_consistent(t mycelium.transitions) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-  broken text := CASE
-    WHEN (t.terminal_outcome = 'IN_FLIGHT') <> (t.finished_at IS NULL)
-      THEN 'in_flight_is_unfinished: a row is IN_FLIGHT exactly while finished_at is empty'
-    WHEN t.terminal_outcome <> 'IN_FLIGHT' AND t.lease_until IS NOT NULL
-      THEN 'terminal_holds_no_lease: a terminal row holds no lease'
-    WHEN t.terminal_outcome IN ('COMPLETED', 'FAILED_AFTER_EFFECT') AND t.side_effect_boundary <> 'crossed'
-      THEN 'completed_crossed: COMPLETED and FAILED_AFTER_EFFECT rows crossed the side-effect boundary'
-    WHEN t.terminal_outcome = 'FAILED_BEFORE_EFFECT' AND t.side_effect_boundary <> 'not_crossed'
-      THEN 'failed_before_not_crossed: a FAILED_BEFORE_EFFECT row never crossed the side-effect boundary'
-    WHEN t.operator_resolution IS NOT NULL AND (t.resolved_by IS NULL OR t.resolution_reason IS NULL)
-      THEN 'release_is_recorded: a release names who verified it and why'
-  END;
-BEGIN
-  IF broken IS NOT NULL THEN
-    RAISE EXCEPTION 'transition % breaks %', t.request_id, broken USING ERRCODE = 'check_violation';
-  END IF;
-  RETURN true;
-END
-$$;
-ALTER TABLE mycelium.transitions
-  ADD CONSTRAINT transition_consistent CHECK (mycelium.transition_consistent(transitions));
-
 -- Listings operators need. The in-flight index is keyed on finished_at IS NULL (equivalent, by the
--- CHECK above) rather than on the outcome, so the planner can never pick it for the verbs' own
+-- guard's in_flight_is_unfinished rule below) rather than on the outcome, so the planner can never pick it for the verbs' own
 -- compare-and-swap updates (which name terminal_outcome = 'IN_FLIGHT' and must go by primary key).
 CREATE INDEX transitions_in_flight ON mycelium.transitions (started_at) WHERE finished_at IS NULL;
 CREATE INDEX transitions_by_agent ON mycelium.transitions (agent_id, created_at DESC);
@@ -185,6 +157,10 @@ COMMENT ON COLUMN mycelium.transitions.lease_until IS
 -- ---------------------------------------------------------------------------------------------
 -- Guard: only the verbs write, the fence only grows, the boundary only moves forward within a
 -- fence, a terminal outcome is left only by a fresh claim or a resolution verb, COMPLETED is final.
+-- It also holds the row's consistency rules (where an outcome stands says what must (not) be on the
+-- row), raised as a check violation (23514) naming the rule: as a table CHECK they were read back
+-- from the catalog and planned again by every INSERT and UPDATE statement, and the row passed to a
+-- function as a composite; the trigger runs on every write anyway.
 
 CREATE FUNCTION mycelium.transition_verb() RETURNS text LANGUAGE sql STABLE AS $$
   SELECT coalesce(current_setting('mycelium.transition_verb', true), '')
@@ -193,6 +169,7 @@ $$;
 CREATE FUNCTION mycelium.transitions_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   verb text := mycelium.transition_verb();
+  broken text;
 BEGIN
   IF verb = '' THEN
     PERFORM mycelium.refuse(409, 'verbs_only',
@@ -208,56 +185,70 @@ BEGIN
     NEW.created_at := now();
     NEW.updated_at := now();
     NEW.receipt_ref := NULL;
-    RETURN NEW;
-  END IF;
-  IF NEW.request_id <> OLD.request_id OR NEW.created_at <> OLD.created_at OR NEW.kind <> OLD.kind THEN
-    PERFORM mycelium.refuse(409, 'identity_immutable', 'a transition''s request id, kind and creation time never change');
-  END IF;
-  IF NEW.fence < OLD.fence THEN
-    PERFORM mycelium.refuse(409, 'fence_regressed',
-      format('the fence of %s only grows (%s -> %s refused)', OLD.request_id, OLD.fence, NEW.fence),
-      jsonb_build_object('request_id', OLD.request_id, 'fence', OLD.fence));
-  END IF;
-  IF NEW.fence = OLD.fence
-     AND mycelium.boundary_rank(NEW.side_effect_boundary) < mycelium.boundary_rank(OLD.side_effect_boundary) THEN
-    PERFORM mycelium.refuse(409, 'boundary_regressed',
-      format('the side-effect boundary of %s only moves forward (%s -> %s refused)',
-             OLD.request_id, OLD.side_effect_boundary, NEW.side_effect_boundary),
-      jsonb_build_object('request_id', OLD.request_id, 'boundary', OLD.side_effect_boundary));
-  END IF;
-  IF OLD.terminal_outcome = 'COMPLETED'
-     AND (NEW.terminal_outcome <> 'COMPLETED' OR NEW.fence <> OLD.fence
-          OR NEW.result IS DISTINCT FROM OLD.result) THEN
-    PERFORM mycelium.refuse(409, 'completed_is_final',
-      format('%s is COMPLETED: its outcome, fence and result are final', OLD.request_id),
-      jsonb_build_object('request_id', OLD.request_id));
-  END IF;
-  IF OLD.terminal_outcome <> 'IN_FLIGHT' AND NEW.terminal_outcome <> OLD.terminal_outcome THEN
-    IF NEW.terminal_outcome = 'IN_FLIGHT' THEN
-      IF verb <> 'claim_transition' OR NEW.fence <> OLD.fence + 1 THEN
+  ELSE
+    IF NEW.request_id <> OLD.request_id OR NEW.created_at <> OLD.created_at OR NEW.kind <> OLD.kind THEN
+      PERFORM mycelium.refuse(409, 'identity_immutable', 'a transition''s request id, kind and creation time never change');
+    END IF;
+    IF NEW.fence < OLD.fence THEN
+      PERFORM mycelium.refuse(409, 'fence_regressed',
+        format('the fence of %s only grows (%s -> %s refused)', OLD.request_id, OLD.fence, NEW.fence),
+        jsonb_build_object('request_id', OLD.request_id, 'fence', OLD.fence));
+    END IF;
+    IF NEW.fence = OLD.fence
+       AND mycelium.boundary_rank(NEW.side_effect_boundary) < mycelium.boundary_rank(OLD.side_effect_boundary) THEN
+      PERFORM mycelium.refuse(409, 'boundary_regressed',
+        format('the side-effect boundary of %s only moves forward (%s -> %s refused)',
+               OLD.request_id, OLD.side_effect_boundary, NEW.side_effect_boundary),
+        jsonb_build_object('request_id', OLD.request_id, 'boundary', OLD.side_effect_boundary));
+    END IF;
+    IF OLD.terminal_outcome = 'COMPLETED'
+       AND (NEW.terminal_outcome <> 'COMPLETED' OR NEW.fence <> OLD.fence
+            OR NEW.result IS DISTINCT FROM OLD.result) THEN
+      PERFORM mycelium.refuse(409, 'completed_is_final',
+        format('%s is COMPLETED: its outcome, fence and result are final', OLD.request_id),
+        jsonb_build_object('request_id', OLD.request_id));
+    END IF;
+    IF OLD.terminal_outcome <> 'IN_FLIGHT' AND NEW.terminal_outcome <> OLD.terminal_outcome THEN
+      IF NEW.terminal_outcome = 'IN_FLIGHT' THEN
+        IF verb <> 'claim_transition' OR NEW.fence <> OLD.fence + 1 THEN
+          PERFORM mycelium.refuse(409, 'terminal_outcome',
+            format('%s is %s: only a fresh claim (fence + 1) may reopen it', OLD.request_id, OLD.terminal_outcome),
+            jsonb_build_object('request_id', OLD.request_id, 'terminal_outcome', OLD.terminal_outcome));
+        END IF;
+      ELSIF NOT (NEW.terminal_outcome = 'COMPLETED' AND verb IN ('release', 'apply_reconcile_result')) THEN
         PERFORM mycelium.refuse(409, 'terminal_outcome',
-          format('%s is %s: only a fresh claim (fence + 1) may reopen it', OLD.request_id, OLD.terminal_outcome),
+          format('%s is %s: it is left only through release, reconciliation or a fresh claim',
+                 OLD.request_id, OLD.terminal_outcome),
           jsonb_build_object('request_id', OLD.request_id, 'terminal_outcome', OLD.terminal_outcome));
       END IF;
-    ELSIF NOT (NEW.terminal_outcome = 'COMPLETED' AND verb IN ('release', 'apply_reconcile_result')) THEN
-      PERFORM mycelium.refuse(409, 'terminal_outcome',
-        format('%s is %s: it is left only through release, reconciliation or a fresh claim',
-               OLD.request_id, OLD.terminal_outcome),
-        jsonb_build_object('request_id', OLD.request_id, 'terminal_outcome', OLD.terminal_outcome));
     END IF;
+    IF NEW.fence > OLD.fence AND verb <> 'claim_transition' THEN
+      PERFORM mycelium.refuse(409, 'fence_claim_only', 'only a claim moves the fence');
+    END IF;
+    IF (NEW.terminal_outcome <> 'IN_FLIGHT' AND NEW.terminal_outcome <> OLD.terminal_outcome)
+       OR (NEW.operator_resolution IS NOT NULL AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution) THEN
+      NEW.receipt_ref := 'rcpt-' || nextval('mycelium.receipts_id_seq')::text;
+    ELSIF NEW.fence = OLD.fence THEN
+      NEW.receipt_ref := OLD.receipt_ref;
+    END IF;
+    NEW.updated_at := now();
   END IF;
-  IF NEW.fence > OLD.fence AND verb <> 'claim_transition' THEN
-    PERFORM mycelium.refuse(409, 'fence_claim_only', 'only a claim moves the fence');
+  broken := CASE
+    WHEN (NEW.terminal_outcome = 'IN_FLIGHT') <> (NEW.finished_at IS NULL)
+      THEN 'in_flight_is_unfinished: a row is IN_FLIGHT exactly while finished_at is empty'
+    WHEN NEW.terminal_outcome <> 'IN_FLIGHT' AND NEW.lease_until IS NOT NULL
+      THEN 'terminal_holds_no_lease: a terminal row holds no lease'
+    WHEN NEW.terminal_outcome IN ('COMPLETED', 'FAILED_AFTER_EFFECT') AND NEW.side_effect_boundary <> 'crossed'
+      THEN 'completed_crossed: COMPLETED and FAILED_AFTER_EFFECT rows crossed the side-effect boundary'
+    WHEN NEW.terminal_outcome = 'FAILED_BEFORE_EFFECT' AND NEW.side_effect_boundary <> 'not_crossed'
+      THEN 'failed_before_not_crossed: a FAILED_BEFORE_EFFECT row never crossed the side-effect boundary'
+    WHEN NEW.operator_resolution IS NOT NULL AND (NEW.resolved_by IS NULL OR NEW.resolution_reason IS NULL)
+      THEN 'release_is_recorded: a release names who verified it and why'
+  END;
+  IF broken IS NOT NULL THEN
+    RAISE EXCEPTION 'transition % breaks %', NEW.request_id, broken
+      USING ERRCODE = 'check_violation', CONSTRAINT = 'transition_consistent';
   END IF;
-  -- a receipt is due when the row becomes terminal or is released: mint its id here; the AFTER
-  -- trigger transitions_receipt (receipts.sql) appends it once the row is written
-  IF (NEW.terminal_outcome <> 'IN_FLIGHT' AND NEW.terminal_outcome <> OLD.terminal_outcome)
-     OR (NEW.operator_resolution IS NOT NULL AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution) THEN
-    NEW.receipt_ref := 'rcpt-' || nextval('mycelium.receipts_id_seq')::text;
-  ELSIF NEW.fence = OLD.fence THEN
-    NEW.receipt_ref := OLD.receipt_ref;
-  END IF;
-  NEW.updated_at := now();
   RETURN NEW;
 END
 $$;

@@ -29,7 +29,7 @@ def downgrade() -> None:
         SELECT array_agg(p.oid::regprocedure::text) INTO sigs FROM pg_proc p
         WHERE p.pronamespace = 'mycelium'::regnamespace AND p.proname = ANY (ARRAY[
           'side_effect_class', 'default_retry_permission', 'default_spendability', 'capability_floor',
-          'boundary_rank', 'transition_consistent', 'transition_verb', 'transitions_guard',
+          'boundary_rank', 'transition_verb', 'transitions_guard',
           'transitions_no_truncate',
           'transition_state', 'transition_gate', 'claim_action', 'transition_detail', 'transition_lost',
           'lease_end', 'claim_transition', 'renew_lease', 'advance_boundary', 'record_external_operation',

@@ -129,6 +129,53 @@ async def test_even_a_verb_cannot_reopen_a_completed_row_or_lower_a_fence(admin_
         assert detail["error"] == "fence_regressed"
 
 
+@pytest.mark.parametrize(
+    ("write", "rule"),
+    [
+        ("UPDATE mycelium.transitions SET finished_at = now() WHERE request_id = 'r'", "in_flight_is_unfinished"),
+        (
+            "UPDATE mycelium.transitions SET terminal_outcome = 'FAILED_BEFORE_EFFECT', finished_at = now()"
+            " WHERE request_id = 'r'",
+            "terminal_holds_no_lease",
+        ),
+        (
+            "UPDATE mycelium.transitions SET terminal_outcome = 'COMPLETED', finished_at = now(),"
+            " lease_until = NULL WHERE request_id = 'r'",
+            "completed_crossed",
+        ),
+        (
+            "UPDATE mycelium.transitions SET terminal_outcome = 'FAILED_BEFORE_EFFECT', finished_at = now(),"
+            " lease_until = NULL, side_effect_boundary = 'maybe_crossed' WHERE request_id = 'r'",
+            "failed_before_not_crossed",
+        ),
+        (
+            "UPDATE mycelium.transitions SET operator_resolution = 'not_executed', resolved_by = 'ops'"
+            " WHERE request_id = 'r'",
+            "release_is_recorded",
+        ),
+        (
+            "INSERT INTO mycelium.transitions (request_id, transition_key, tool, agent_id, policy_version,"
+            " side_effect_class, spendability, retry_permission, capability, owner, terminal_outcome)"
+            " VALUES ('x', 'k', 't', 'a', 'v', 'read', 'multi_use', 'safe_retry', 'idempotent', 'o', 'COMPLETED')",
+            "in_flight_is_unfinished",
+        ),
+    ],
+)
+async def test_a_write_past_the_verb_check_still_keeps_the_row_consistent(admin_conn, write, rule):
+    """The consistency rules hold for any write a verb could make, INSERT or UPDATE: a check violation
+    naming the rule, and nothing written."""
+    await claim(admin_conn, "r", "w:1")
+    with pytest.raises(asyncpg.CheckViolationError) as info:
+        async with admin_conn.transaction():
+            await admin_conn.execute("SELECT set_config('mycelium.transition_verb', 'release', true)")
+            await admin_conn.execute(write)
+    assert rule in str(info.value)
+    assert info.value.constraint_name == "transition_consistent"
+    row = await outcome(admin_conn, "r")
+    assert (row["terminal_outcome"], row["finished_at"], row["operator_resolution"]) == ("IN_FLIGHT", None, None)
+    assert await admin_conn.fetchval("SELECT count(*) FROM mycelium.transitions") == 1
+
+
 async def test_an_expired_strict_lease_is_parked_blocked_and_hard_blocks(admin_conn):
     await claim(admin_conn, "r", "w:1", lease_ttl=0.001)
     await expire(admin_conn, "r")
