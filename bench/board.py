@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _db import bench_database
 from _report import machine, stamp, table, write_section
 from mycelium.db.listener import Listener
+from mycelium.db.pool import create_pool
 from mycelium.db.queries import q
 from tests.support.processes import HubProcess
 from transitions import CpuProbe
@@ -264,8 +265,10 @@ async def run(args: argparse.Namespace) -> None:
 
 async def measure(args: argparse.Namespace, dsn: str, postmaster: int | None) -> None:
     conn = await asyncpg.connect(dsn)
-    pool = await asyncpg.create_pool(dsn, min_size=args.pool, max_size=args.pool)  # as the hub's
-    own = await asyncpg.create_pool(dsn, min_size=args.agents, max_size=args.agents)  # one per agent
+    # the hub's own pool (its codecs, its app role, and no session reset on release); the agents'
+    # own connections keep their sessions too, as a psql session does
+    pool = await create_pool(dsn, role="mycelium_app", min_size=args.pool, max_size=args.pool)
+    own = await create_pool(dsn, role=None, min_size=args.agents, max_size=args.agents)  # one per agent
     hints = Listener(dsn)  # the SQL path sends its hints as a hub process does
     await hints.start()
     hub = HubProcess(data_dir=Path(tempfile.mkdtemp(prefix="mycelium-bench-hub-")) / "data", database_url=dsn,
@@ -447,7 +450,8 @@ One agent, calls back to back, nobody else (no queue) ({args.serial_rows} cycles
 {table(["path", "claim ms", "resolve ms", "server CPU µs/cycle", "client CPU µs/cycle", "cores allow /s"],
        solo_out)}
 
-"Called as the hub calls them": the hub's named queries on a pool of {args.pool} server connections
+"Called as the hub calls them": the hub's named queries on the hub's pool (`mycelium.db.pool`: its
+app role, no session reset on release) of {args.pool} server connections
 shared by the {args.agents} agents (as a hub's pool is), whose wake hints come back with the result
 and are sent after the commit, batched on one connection; "plain": the same verbs as psql calls
 them, one connection per agent, whose triggers NOTIFY inside the transaction (so their commits also
