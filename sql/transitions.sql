@@ -169,62 +169,62 @@ $$;
 CREATE FUNCTION mycelium.transitions_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   verb text := mycelium.transition_verb();
-  broken text;
 BEGIN
-  IF verb = '' THEN
-    PERFORM mycelium.refuse(409, 'verbs_only',
-      format('transitions are written only through the mycelium verbs (claim_transition, complete, '
-             'release, ...): a direct %s is refused', TG_OP),
-      jsonb_build_object('operation', TG_OP));
-  END IF;
-  IF TG_OP = 'DELETE' THEN
-    PERFORM mycelium.refuse(409, 'append_only', 'transitions are never deleted');
-  END IF;
-  IF TG_OP = 'INSERT' THEN
-    NEW.fence := 1;
-    NEW.created_at := now();
-    NEW.updated_at := now();
-    NEW.receipt_ref := NULL;
-  ELSE
-    IF NEW.request_id <> OLD.request_id OR NEW.created_at <> OLD.created_at OR NEW.kind <> OLD.kind THEN
-      PERFORM mycelium.refuse(409, 'identity_immutable', 'a transition''s request id, kind and creation time never change');
-    END IF;
-    IF NEW.fence < OLD.fence THEN
-      PERFORM mycelium.refuse(409, 'fence_regressed',
-        format('the fence of %s only grows (%s -> %s refused)', OLD.request_id, OLD.fence, NEW.fence),
-        jsonb_build_object('request_id', OLD.request_id, 'fence', OLD.fence));
-    END IF;
-    IF NEW.fence = OLD.fence
-       AND mycelium.boundary_rank(NEW.side_effect_boundary) < mycelium.boundary_rank(OLD.side_effect_boundary) THEN
-      PERFORM mycelium.refuse(409, 'boundary_regressed',
-        format('the side-effect boundary of %s only moves forward (%s -> %s refused)',
-               OLD.request_id, OLD.side_effect_boundary, NEW.side_effect_boundary),
-        jsonb_build_object('request_id', OLD.request_id, 'boundary', OLD.side_effect_boundary));
-    END IF;
-    IF OLD.terminal_outcome = 'COMPLETED'
-       AND (NEW.terminal_outcome <> 'COMPLETED' OR NEW.fence <> OLD.fence
-            OR NEW.result IS DISTINCT FROM OLD.result) THEN
-      PERFORM mycelium.refuse(409, 'completed_is_final',
-        format('%s is COMPLETED: its outcome, fence and result are final', OLD.request_id),
-        jsonb_build_object('request_id', OLD.request_id));
-    END IF;
-    IF OLD.terminal_outcome <> 'IN_FLIGHT' AND NEW.terminal_outcome <> OLD.terminal_outcome THEN
-      IF NEW.terminal_outcome = 'IN_FLIGHT' THEN
-        IF verb <> 'claim_transition' OR NEW.fence <> OLD.fence + 1 THEN
+  -- (every expression evaluated here is compiled again in every transaction: the common writes, an
+  -- insert by a claim and an update within one in-flight fence, pass one test, the rest go rule by rule)
+  IF TG_OP = 'UPDATE' THEN
+    IF verb = '' OR NEW.fence <> OLD.fence OR OLD.terminal_outcome <> 'IN_FLIGHT'
+       OR NEW.request_id <> OLD.request_id OR NEW.created_at <> OLD.created_at OR NEW.kind <> OLD.kind
+       OR mycelium.boundary_rank(NEW.side_effect_boundary) < mycelium.boundary_rank(OLD.side_effect_boundary) THEN
+      IF verb = '' THEN
+        PERFORM mycelium.refuse(409, 'verbs_only',
+          'transitions are written only through the mycelium verbs (claim_transition, complete, '
+          'release, ...): a direct UPDATE is refused', jsonb_build_object('operation', TG_OP));
+      END IF;
+      IF NEW.request_id <> OLD.request_id OR NEW.created_at <> OLD.created_at OR NEW.kind <> OLD.kind THEN
+        PERFORM mycelium.refuse(409, 'identity_immutable',
+          'a transition''s request id, kind and creation time never change');
+      END IF;
+      IF NEW.fence < OLD.fence THEN
+        PERFORM mycelium.refuse(409, 'fence_regressed',
+          format('the fence of %s only grows (%s -> %s refused)', OLD.request_id, OLD.fence, NEW.fence),
+          jsonb_build_object('request_id', OLD.request_id, 'fence', OLD.fence));
+      END IF;
+      IF NEW.fence = OLD.fence
+         AND mycelium.boundary_rank(NEW.side_effect_boundary) < mycelium.boundary_rank(OLD.side_effect_boundary) THEN
+        PERFORM mycelium.refuse(409, 'boundary_regressed',
+          format('the side-effect boundary of %s only moves forward (%s -> %s refused)',
+                 OLD.request_id, OLD.side_effect_boundary, NEW.side_effect_boundary),
+          jsonb_build_object('request_id', OLD.request_id, 'boundary', OLD.side_effect_boundary));
+      END IF;
+      IF OLD.terminal_outcome = 'COMPLETED'
+         AND (NEW.terminal_outcome <> 'COMPLETED' OR NEW.fence <> OLD.fence
+              OR NEW.result IS DISTINCT FROM OLD.result) THEN
+        PERFORM mycelium.refuse(409, 'completed_is_final',
+          format('%s is COMPLETED: its outcome, fence and result are final', OLD.request_id),
+          jsonb_build_object('request_id', OLD.request_id));
+      END IF;
+      IF OLD.terminal_outcome <> 'IN_FLIGHT' AND NEW.terminal_outcome <> OLD.terminal_outcome THEN
+        IF NEW.terminal_outcome = 'IN_FLIGHT' THEN
+          IF verb <> 'claim_transition' OR NEW.fence <> OLD.fence + 1 THEN
+            PERFORM mycelium.refuse(409, 'terminal_outcome',
+              format('%s is %s: only a fresh claim (fence + 1) may reopen it', OLD.request_id,
+                     OLD.terminal_outcome),
+              jsonb_build_object('request_id', OLD.request_id, 'terminal_outcome', OLD.terminal_outcome));
+          END IF;
+        ELSIF NOT (NEW.terminal_outcome = 'COMPLETED' AND verb IN ('release', 'apply_reconcile_result')) THEN
           PERFORM mycelium.refuse(409, 'terminal_outcome',
-            format('%s is %s: only a fresh claim (fence + 1) may reopen it', OLD.request_id, OLD.terminal_outcome),
+            format('%s is %s: it is left only through release, reconciliation or a fresh claim',
+                   OLD.request_id, OLD.terminal_outcome),
             jsonb_build_object('request_id', OLD.request_id, 'terminal_outcome', OLD.terminal_outcome));
         END IF;
-      ELSIF NOT (NEW.terminal_outcome = 'COMPLETED' AND verb IN ('release', 'apply_reconcile_result')) THEN
-        PERFORM mycelium.refuse(409, 'terminal_outcome',
-          format('%s is %s: it is left only through release, reconciliation or a fresh claim',
-                 OLD.request_id, OLD.terminal_outcome),
-          jsonb_build_object('request_id', OLD.request_id, 'terminal_outcome', OLD.terminal_outcome));
+      END IF;
+      IF NEW.fence > OLD.fence AND verb <> 'claim_transition' THEN
+        PERFORM mycelium.refuse(409, 'fence_claim_only', 'only a claim moves the fence');
       END IF;
     END IF;
-    IF NEW.fence > OLD.fence AND verb <> 'claim_transition' THEN
-      PERFORM mycelium.refuse(409, 'fence_claim_only', 'only a claim moves the fence');
-    END IF;
+    -- a receipt is due when the row becomes terminal or is released: mint its id here; the AFTER
+    -- trigger transitions_receipt (receipts.sql) appends it once the row is written
     IF (NEW.terminal_outcome <> 'IN_FLIGHT' AND NEW.terminal_outcome <> OLD.terminal_outcome)
        OR (NEW.operator_resolution IS NOT NULL AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution) THEN
       NEW.receipt_ref := 'rcpt-' || nextval('mycelium.receipts_id_seq')::text;
@@ -232,22 +232,35 @@ BEGIN
       NEW.receipt_ref := OLD.receipt_ref;
     END IF;
     NEW.updated_at := now();
+  ELSIF verb = '' THEN
+    PERFORM mycelium.refuse(409, 'verbs_only',
+      format('transitions are written only through the mycelium verbs (claim_transition, complete, '
+             'release, ...): a direct %s is refused', TG_OP),
+      jsonb_build_object('operation', TG_OP));
+  ELSIF TG_OP = 'DELETE' THEN
+    PERFORM mycelium.refuse(409, 'append_only', 'transitions are never deleted');
+  ELSE
+    NEW.fence := 1;
+    NEW.created_at := now();
+    NEW.updated_at := now();
+    NEW.receipt_ref := NULL;
   END IF;
-  broken := CASE
-    WHEN (NEW.terminal_outcome = 'IN_FLIGHT') <> (NEW.finished_at IS NULL)
-      THEN 'in_flight_is_unfinished: a row is IN_FLIGHT exactly while finished_at is empty'
-    WHEN NEW.terminal_outcome <> 'IN_FLIGHT' AND NEW.lease_until IS NOT NULL
-      THEN 'terminal_holds_no_lease: a terminal row holds no lease'
-    WHEN NEW.terminal_outcome IN ('COMPLETED', 'FAILED_AFTER_EFFECT') AND NEW.side_effect_boundary <> 'crossed'
-      THEN 'completed_crossed: COMPLETED and FAILED_AFTER_EFFECT rows crossed the side-effect boundary'
-    WHEN NEW.terminal_outcome = 'FAILED_BEFORE_EFFECT' AND NEW.side_effect_boundary <> 'not_crossed'
-      THEN 'failed_before_not_crossed: a FAILED_BEFORE_EFFECT row never crossed the side-effect boundary'
-    WHEN NEW.operator_resolution IS NOT NULL AND (NEW.resolved_by IS NULL OR NEW.resolution_reason IS NULL)
-      THEN 'release_is_recorded: a release names who verified it and why'
-  END;
-  IF broken IS NOT NULL THEN
-    RAISE EXCEPTION 'transition % breaks %', NEW.request_id, broken
-      USING ERRCODE = 'check_violation', CONSTRAINT = 'transition_consistent';
+  IF (NEW.terminal_outcome = 'IN_FLIGHT') <> (NEW.finished_at IS NULL)
+     OR (NEW.terminal_outcome <> 'IN_FLIGHT' AND NEW.lease_until IS NOT NULL)
+     OR (NEW.terminal_outcome IN ('COMPLETED', 'FAILED_AFTER_EFFECT') AND NEW.side_effect_boundary <> 'crossed')
+     OR (NEW.terminal_outcome = 'FAILED_BEFORE_EFFECT' AND NEW.side_effect_boundary <> 'not_crossed')
+     OR (NEW.operator_resolution IS NOT NULL AND (NEW.resolved_by IS NULL OR NEW.resolution_reason IS NULL)) THEN
+    RAISE EXCEPTION 'transition % breaks %', NEW.request_id, CASE
+      WHEN (NEW.terminal_outcome = 'IN_FLIGHT') <> (NEW.finished_at IS NULL)
+        THEN 'in_flight_is_unfinished: a row is IN_FLIGHT exactly while finished_at is empty'
+      WHEN NEW.terminal_outcome <> 'IN_FLIGHT' AND NEW.lease_until IS NOT NULL
+        THEN 'terminal_holds_no_lease: a terminal row holds no lease'
+      WHEN NEW.terminal_outcome IN ('COMPLETED', 'FAILED_AFTER_EFFECT') AND NEW.side_effect_boundary <> 'crossed'
+        THEN 'completed_crossed: COMPLETED and FAILED_AFTER_EFFECT rows crossed the side-effect boundary'
+      WHEN NEW.terminal_outcome = 'FAILED_BEFORE_EFFECT' AND NEW.side_effect_boundary <> 'not_crossed'
+        THEN 'failed_before_not_crossed: a FAILED_BEFORE_EFFECT row never crossed the side-effect boundary'
+      ELSE 'release_is_recorded: a release names who verified it and why'
+    END USING ERRCODE = 'check_violation', CONSTRAINT = 'transition_consistent';
   END IF;
   RETURN NEW;
 END
@@ -432,9 +445,9 @@ CREATE FUNCTION mycelium.claim_transition(
 DECLARE
   marked text;
   cls text := p_side_effect_class;
-  spend text := p_spendability;
-  retry text := p_retry_permission;
-  cap text := p_capability;
+  spend text;
+  retry text;
+  cap text;
   t mycelium.transitions;
   st text;
   validity text;
@@ -442,34 +455,26 @@ DECLARE
   first_at timestamptz;
   gate text;
   act text;
-  repaired boolean := false;
+  repaired boolean;
   settled boolean;
   death_missing boolean;
 BEGIN
-  -- (each default is computed only when the caller left it out: every expression evaluated here is
-  -- compiled again in every transaction)
-  IF cls IS NULL OR cls NOT IN ('read', 'idempotent_mutate', 'keyed_mutate', 'non_idempotent_mutate', 'irreversible') THEN
+  -- (every expression evaluated here is compiled again in every transaction: a valid call that
+  -- nobody has seen passes one test and one insert, which computes the defaults the caller left out)
+  IF cls IS NULL OR cls NOT IN ('read', 'idempotent_mutate', 'keyed_mutate', 'non_idempotent_mutate', 'irreversible')
+     OR p_request_id IS NULL OR btrim(p_request_id) = '' OR p_owner IS NULL OR btrim(p_owner) = '' THEN
     cls := mycelium.side_effect_class(p_side_effect_class);
     IF cls IS NULL THEN
       PERFORM mycelium.refuse(422, 'invalid_side_effect_class',
         format('unknown side_effect_class %L (read, idempotent_mutate, keyed_mutate, non_idempotent_mutate, '
                'irreversible)', p_side_effect_class), jsonb_build_object('side_effect_class', p_side_effect_class));
     END IF;
-  END IF;
-  IF p_request_id IS NULL OR btrim(p_request_id) = '' THEN
-    PERFORM mycelium.refuse(422, 'missing_request_id', 'a claim names its request id');
-  END IF;
-  IF p_owner IS NULL OR btrim(p_owner) = '' THEN
-    PERFORM mycelium.refuse(422, 'missing_owner', 'a claim names its owner (host:pid of the worker)');
-  END IF;
-  IF spend IS NULL THEN
-    spend := mycelium.default_spendability(cls);
-  END IF;
-  IF retry IS NULL THEN
-    retry := mycelium.default_retry_permission(cls);
-  END IF;
-  IF cap IS NULL THEN
-    cap := mycelium.capability_floor(cls, p_key_param IS NOT NULL, p_has_reconciler);
+    IF p_request_id IS NULL OR btrim(p_request_id) = '' THEN
+      PERFORM mycelium.refuse(422, 'missing_request_id', 'a claim names its request id');
+    END IF;
+    IF p_owner IS NULL OR btrim(p_owner) = '' THEN
+      PERFORM mycelium.refuse(422, 'missing_owner', 'a claim names its owner (host:pid of the worker)');
+    END IF;
   END IF;
   marked := set_config('mycelium.transition_verb', 'claim_transition', true);
 
@@ -482,7 +487,10 @@ BEGIN
   VALUES (
     p_request_id, p_kind, p_transition_key, coalesce(p_idempotency_key, p_request_id), p_tool,
     coalesce(p_agent_id, ''), coalesce(p_policy_version, ''), coalesce(p_scope, '{}'), p_dispatch_id,
-    p_args_hash, cls, spend, retry, cap, p_key_param, p_incoming_key,
+    p_args_hash, cls, coalesce(p_spendability, mycelium.default_spendability(cls)),
+    coalesce(p_retry_permission, mycelium.default_retry_permission(cls)),
+    coalesce(p_capability, mycelium.capability_floor(cls, p_key_param IS NOT NULL, p_has_reconciler)),
+    p_key_param, p_incoming_key,
     CASE WHEN p_incoming_key IS NOT NULL THEN now() END,
     CASE WHEN p_key_ttl IS NOT NULL THEN make_interval(secs => p_key_ttl) END,
     p_owner, mycelium.lease_end(p_lease_ttl), now())
@@ -493,6 +501,10 @@ BEGIN
     RETURN ROW('ALLOW', 'run', false, t)::mycelium.claim;
   END IF;
 
+  spend := coalesce(p_spendability, mycelium.default_spendability(cls));
+  retry := coalesce(p_retry_permission, mycelium.default_retry_permission(cls));
+  cap := coalesce(p_capability, mycelium.capability_floor(cls, p_key_param IS NOT NULL, p_has_reconciler));
+  repaired := false;
   SELECT * INTO t FROM mycelium.transitions WHERE request_id = p_request_id FOR UPDATE;
   IF t.transition_key <> p_transition_key OR t.tool <> p_tool OR t.kind <> p_kind THEN
     PERFORM mycelium.refuse(409, 'identity_conflict',
