@@ -168,14 +168,17 @@ $$;
 
 CREATE FUNCTION mycelium.transitions_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-  verb text := mycelium.transition_verb();
+  verb text;
 BEGIN
-  -- (every expression evaluated here is compiled again in every transaction: the common writes, an
-  -- insert by a claim and an update within one in-flight fence, pass one test, the rest go rule by rule)
+  -- (every expression evaluated here is compiled again in every transaction, a few microseconds each:
+  -- the common writes, a claim's insert and an update within one in-flight fence that sets updated_at
+  -- (complete), pass one test each; the rest go rule by rule)
   IF TG_OP = 'UPDATE' THEN
-    IF verb = '' OR NEW.fence <> OLD.fence OR OLD.terminal_outcome <> 'IN_FLIGHT'
+    IF mycelium.transition_verb() = '' OR NEW.fence <> OLD.fence OR OLD.terminal_outcome <> 'IN_FLIGHT'
        OR NEW.request_id <> OLD.request_id OR NEW.created_at <> OLD.created_at OR NEW.kind <> OLD.kind
-       OR mycelium.boundary_rank(NEW.side_effect_boundary) < mycelium.boundary_rank(OLD.side_effect_boundary) THEN
+       OR mycelium.boundary_rank(NEW.side_effect_boundary) < mycelium.boundary_rank(OLD.side_effect_boundary)
+       OR NEW.updated_at <> now() THEN
+      verb := mycelium.transition_verb();
       IF verb = '' THEN
         PERFORM mycelium.refuse(409, 'verbs_only',
           'transitions are written only through the mycelium verbs (claim_transition, complete, '
@@ -222,6 +225,7 @@ BEGIN
       IF NEW.fence > OLD.fence AND verb <> 'claim_transition' THEN
         PERFORM mycelium.refuse(409, 'fence_claim_only', 'only a claim moves the fence');
       END IF;
+      NEW.updated_at := now();
     END IF;
     -- a receipt is due when the row becomes terminal or is released: mint its id here; the AFTER
     -- trigger transitions_receipt (receipts.sql) appends it once the row is written
@@ -231,15 +235,15 @@ BEGIN
     ELSIF NEW.fence = OLD.fence THEN
       NEW.receipt_ref := OLD.receipt_ref;
     END IF;
-    NEW.updated_at := now();
-  ELSIF verb = '' THEN
-    PERFORM mycelium.refuse(409, 'verbs_only',
-      format('transitions are written only through the mycelium verbs (claim_transition, complete, '
-             'release, ...): a direct %s is refused', TG_OP),
-      jsonb_build_object('operation', TG_OP));
-  ELSIF TG_OP = 'DELETE' THEN
+  ELSIF TG_OP = 'DELETE' OR mycelium.transition_verb() = '' THEN
+    IF mycelium.transition_verb() = '' THEN
+      PERFORM mycelium.refuse(409, 'verbs_only',
+        format('transitions are written only through the mycelium verbs (claim_transition, complete, '
+               'release, ...): a direct %s is refused', TG_OP),
+        jsonb_build_object('operation', TG_OP));
+    END IF;
     PERFORM mycelium.refuse(409, 'append_only', 'transitions are never deleted');
-  ELSE
+  ELSIF NEW.fence <> 1 OR NEW.created_at <> now() OR NEW.updated_at <> now() OR NEW.receipt_ref IS NOT NULL THEN
     NEW.fence := 1;
     NEW.created_at := now();
     NEW.updated_at := now();
@@ -668,7 +672,7 @@ BEGIN
   marked := set_config('mycelium.transition_verb', 'complete', true);
   UPDATE mycelium.transitions SET
     terminal_outcome = 'COMPLETED', side_effect_boundary = 'crossed', effect_phase = 'COMMITTED',
-    result = p_result, error = NULL, lease_until = NULL, finished_at = now()
+    result = p_result, error = NULL, lease_until = NULL, finished_at = now(), updated_at = now()
   WHERE request_id = p_request_id AND owner = p_owner AND fence = p_fence AND terminal_outcome = 'IN_FLIGHT'
   RETURNING * INTO t;
   IF NOT FOUND THEN
