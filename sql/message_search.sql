@@ -195,9 +195,12 @@ SELECT m.room, m.position, m.id, m.episode, m.created_at, NULL::timestamptz, m.c
             THEN mycelium.stance_of(m.payload, m.content) END,
        lower(m.payload ->> 'step'),
        CASE WHEN m.payload ? 'step' THEN ARRAY['conductor'] ELSE '{}'::text[] END,
-       mycelium.message_has(m.content, m.payload,
-         CASE WHEN cardinality(m.mentions) + cardinality(m.silent_mentions) = 0 THEN '{}'::text[]
-              ELSE mycelium.named_handles(m.content) END),
+       CASE WHEN cardinality(m.mentions) + cardinality(m.silent_mentions) = 0 AND NOT (m.payload ? 'scores')
+                 AND strpos(m.content, '://') = 0 AND strpos(m.content, '[[') = 0
+                 AND strpos(m.content, '`') = 0 THEN '{}'::text[]
+            ELSE mycelium.message_has(m.content, m.payload,
+                   CASE WHEN cardinality(m.mentions) + cardinality(m.silent_mentions) = 0 THEN '{}'::text[]
+                        ELSE mycelium.named_handles(m.content) END) END,
        (m.created_at AT TIME ZONE 'UTC')::date::text,
        CASE WHEN jsonb_typeof(m.payload -> 'metadata' -> 'ttl_seconds') = 'number'
             THEN m.created_at + make_interval(secs => (m.payload -> 'metadata' ->> 'ttl_seconds')::double precision)
