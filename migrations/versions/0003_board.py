@@ -81,6 +81,7 @@ def downgrade() -> None:
       DROP FUNCTION IF EXISTS mycelium.episode_of(text, text);
       DROP FUNCTION IF EXISTS mycelium.task_slug(text);
       DROP FUNCTION IF EXISTS mycelium.memory_title(jsonb, jsonb);
+      DROP FUNCTION IF EXISTS mycelium.memory_body_title(text);
       DROP FUNCTION IF EXISTS mycelium.board_require_handle(text, text);
       DROP FUNCTION IF EXISTS mycelium.board_handle_problem(text);
       DROP FUNCTION IF EXISTS mycelium.board_handle(text);
