@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -38,7 +39,8 @@ async def bench_database(name: str) -> AsyncIterator[BenchDatabase]:
     if os.environ.get("DATABASE_URL"):
         admin = os.environ["DATABASE_URL"]
     else:
-        server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="mycelium-bench-")))
+        scratch = Path(tempfile.mkdtemp(prefix="mycelium-bench-"))
+        server = EmbeddedPostgres(scratch)
         admin = await asyncio.to_thread(server.attach)
     try:
         conn = await asyncpg.connect(admin)
@@ -53,3 +55,4 @@ async def bench_database(name: str) -> AsyncIterator[BenchDatabase]:
     finally:
         if server is not None:
             await asyncio.to_thread(server.detach)
+            shutil.rmtree(scratch, ignore_errors=True)  # the server's data: nothing here outlives the run

@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -271,7 +272,8 @@ async def measure(args: argparse.Namespace, dsn: str, postmaster: int | None) ->
     own = await create_pool(dsn, role=None, min_size=args.agents, max_size=args.agents)  # one per agent
     hints = Listener(dsn)  # the SQL path sends its hints as a hub process does
     await hints.start()
-    hub = HubProcess(data_dir=Path(tempfile.mkdtemp(prefix="mycelium-bench-hub-")) / "data", database_url=dsn,
+    hub_dir = Path(tempfile.mkdtemp(prefix="mycelium-bench-hub-"))
+    hub = HubProcess(data_dir=hub_dir / "data", database_url=dsn,
                      extra=["--no-mirror", "--log-level", "warning", *args.hub_args],
                      env={"MYCELIUM_POOL_MAX_SIZE": str(args.pool),
                           "MYCELIUM_POOL_MIN_SIZE": str(min(4, args.pool))})
@@ -364,6 +366,7 @@ async def measure(args: argparse.Namespace, dsn: str, postmaster: int | None) ->
                 shares[verb].append(share)
     finally:
         hub.stop()
+        shutil.rmtree(hub_dir, ignore_errors=True)
         await hints.stop()
         await pool.close()
         await own.close()

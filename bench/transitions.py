@@ -30,6 +30,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -522,7 +523,8 @@ def main() -> int:
     if os.environ.get("DATABASE_URL"):
         admin = os.environ["DATABASE_URL"]
     else:
-        server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="mycelium-bench-")))
+        scratch = Path(tempfile.mkdtemp(prefix="mycelium-bench-"))
+        server = EmbeddedPostgres(scratch)
         admin = server.attach()
     try:
 
@@ -575,6 +577,7 @@ def main() -> int:
     finally:
         if server is not None:
             server.detach()
+            shutil.rmtree(scratch, ignore_errors=True)  # the server's data: nothing here outlives the run
 
     med = {k: statistics.median(v) for k, v in results.items() if v}
     runs = {k: " / ".join(f"{x:,.0f}" for x in v) for k, v in results.items() if v}

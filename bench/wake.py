@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -315,7 +316,8 @@ async def measure(args: argparse.Namespace, dsn: str, postmaster: int | None) ->
     conn = await asyncpg.create_pool(dsn, min_size=8, max_size=8)
     for i in range(max(args.spread, 1)):
         await conn.execute("SELECT mycelium.create_room($1)", room_name(i))
-    hub = HubProcess(data_dir=Path(tempfile.mkdtemp(prefix="mycelium-bench-hub-")) / "data", database_url=dsn,
+    hub_dir = Path(tempfile.mkdtemp(prefix="mycelium-bench-hub-"))
+    hub = HubProcess(data_dir=hub_dir / "data", database_url=dsn,
                      extra=["--no-mirror", "--log-level", "warning", "--workers", str(args.workers)],
                      env={"MYCELIUM_POOL_MAX_SIZE": "20", "MYCELIUM_POOL_MIN_SIZE": "10"})
     floor = FloorProcess(dsn)
@@ -361,6 +363,7 @@ async def measure(args: argparse.Namespace, dsn: str, postmaster: int | None) ->
                                                  for k, v in f.items()), flush=True)
     finally:
         hub.stop()
+        shutil.rmtree(hub_dir, ignore_errors=True)
         floor.stop()
         await conn.close()
 
