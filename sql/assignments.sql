@@ -380,12 +380,24 @@ BEGIN
 END
 $$;
 
--- The verbs below each read their row once (only the columns a lease read and a notice name, so a
--- stored vector is never fetched, and whether it has any depends-on edge, so a row without one
--- skips the dependency query), decide, and make one write to mycelium.assignments, whose
--- triggers keep the rules and append the notice; what the row waits on is read before that write,
--- so after the notice (which holds the room's timeline counter until the commit) only the answer
--- is built.
+-- The verbs below each read their row once, through task_row_of (only the columns a lease read and
+-- a notice name, so a stored vector is never fetched; whether the row depends on anything, so a row
+-- without an edge skips the dependency query; for resolve, whether anything depends on it, so only
+-- then is it locked), decide, and make one write to mycelium.assignments, whose triggers keep the
+-- rules and append the notice; what the row waits on is read before that write, so after the notice
+-- (which holds the room's timeline counter until the commit) only the answer is built.
+-- task_row_of is a SQL function over one SELECT, so each verb's query inlines it: no call at run
+-- time, and a column a verb does not name is not computed. It finds no row outside work/.
+CREATE FUNCTION mycelium.task_row_of(p_room text, p_key text)
+RETURNS TABLE (episode text, version integer, value jsonb, meta jsonb, depends boolean, depended boolean)
+LANGUAGE sql STABLE AS $$
+  SELECT x.episode, x.version, x.value, x.meta,
+         EXISTS (SELECT 1 FROM mycelium.memory_links l WHERE l.room = x.room AND l.source_key = x.key
+                   AND l.kind = 'relation' AND l.relation = 'depends-on'),
+         EXISTS (SELECT 1 FROM mycelium.memory_links l WHERE l.room = x.room AND l.target = x.key
+                   AND l.kind = 'relation' AND l.relation = 'depends-on' AND l.cross_room IS NULL)
+  FROM mycelium.memories x WHERE x.room = p_room AND x.key = p_key AND mycelium.is_assignable_key(x.key)
+$$;
 
 -- Claim: take the lease for p_ttl_minutes. Someone else's live lease -> 409 naming the holder;
 -- the same holder refreshes; an expired lease is taken over. With the dependency gate on (and no
@@ -408,11 +420,9 @@ BEGIN
     PERFORM mycelium.refuse(422, 'invalid_ttl', 'ttl_minutes is a whole number of minutes, 1 or more',
                             jsonb_build_object('key', p_key));
   END IF;
-  SELECT x.episode, x.version, x.value, x.meta, EXISTS (
-           SELECT 1 FROM mycelium.memory_links l WHERE l.room = x.room AND l.source_key = x.key
-             AND l.kind = 'relation' AND l.relation = 'depends-on')
+  SELECT r.episode, r.version, r.value, r.meta, r.depends
   INTO m.episode, m.version, m.value, m.meta, depends
-  FROM mycelium.memories x WHERE x.room = p_room AND x.key = p_key AND mycelium.is_assignable_key(x.key);
+  FROM mycelium.task_row_of(p_room, p_key) r;
   IF NOT FOUND THEN
     PERFORM mycelium.refuse_task_lease(p_room, p_key);
   END IF;
@@ -452,11 +462,9 @@ DECLARE
   waits text[];
   v_note text := coalesce(nullif(btrim(p_note), ''), 'released');
 BEGIN
-  SELECT x.episode, x.version, x.value, x.meta, EXISTS (
-           SELECT 1 FROM mycelium.memory_links l WHERE l.room = x.room AND l.source_key = x.key
-             AND l.kind = 'relation' AND l.relation = 'depends-on')
+  SELECT r.episode, r.version, r.value, r.meta, r.depends
   INTO m.episode, m.version, m.value, m.meta, depends
-  FROM mycelium.memories x WHERE x.room = p_room AND x.key = p_key AND mycelium.is_assignable_key(x.key);
+  FROM mycelium.task_row_of(p_room, p_key) r;
   IF NOT FOUND THEN
     PERFORM mycelium.refuse_task_lease(p_room, p_key);
   END IF;
@@ -491,13 +499,9 @@ DECLARE
   depended boolean;
   waits text[];
 BEGIN
-  SELECT x.episode, x.version, x.value, x.meta, EXISTS (
-           SELECT 1 FROM mycelium.memory_links l WHERE l.room = x.room AND l.source_key = x.key
-             AND l.kind = 'relation' AND l.relation = 'depends-on'), EXISTS (
-           SELECT 1 FROM mycelium.memory_links l WHERE l.room = x.room AND l.target = x.key
-             AND l.kind = 'relation' AND l.relation = 'depends-on' AND l.cross_room IS NULL)
+  SELECT r.episode, r.version, r.value, r.meta, r.depends, r.depended
   INTO m.episode, m.version, m.value, m.meta, depends, depended
-  FROM mycelium.memories x WHERE x.room = p_room AND x.key = p_key AND mycelium.is_assignable_key(x.key);
+  FROM mycelium.task_row_of(p_room, p_key) r;
   IF NOT FOUND THEN
     PERFORM mycelium.refuse_task_lease(p_room, p_key);
   END IF;

@@ -32,6 +32,7 @@ def downgrade() -> None:
       DROP FUNCTION IF EXISTS mycelium.resolve_task(text, text, text);
       DROP FUNCTION IF EXISTS mycelium.release_task(text, text, text, text);
       DROP FUNCTION IF EXISTS mycelium.claim_task(text, text, text, integer, boolean);
+      DROP FUNCTION IF EXISTS mycelium.task_row_of(text, text);
       DROP FUNCTION IF EXISTS mycelium.lock_task_lease(text, text);
       DROP FUNCTION IF EXISTS mycelium.refuse_task_lease(text, text);
       DROP FUNCTION IF EXISTS mycelium.read_assignment(text, text);
