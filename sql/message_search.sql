@@ -99,57 +99,58 @@ $$;
 CREATE TRIGGER message_search_forget AFTER DELETE ON mycelium.rooms
   REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION mycelium.message_search_forget();
 
--- Write the document of message m whose current text is p_text (edited at p_edited, if it was);
--- p_mentions: every handle the text names, loud or silent, first seen first. A new message's document
--- is a plain INSERT (an upsert's speculative insertion cost every message ~13 us); an amendment
--- rewrites the text-derived fields of its original's document, written when the original landed.
--- Returns the document's position, so the trigger calls it by assignment (a simple expression)
--- rather than by PERFORM (a query started per message).
-CREATE FUNCTION mycelium.index_message(m mycelium.messages, p_text text, p_edited timestamptz,
-                                       p_mentions text[]) RETURNS bigint LANGUAGE plpgsql AS $$
-DECLARE
-  sender text := mycelium.normalize_handle(m.sender);
-  -- the parsers run only on what can hold their markers (a notice or a ping has no prose)
-  doc_stance text := CASE WHEN m.payload ? 'action' OR strpos(p_text, '[[') > 0
-                      THEN mycelium.stance_of(m.payload, p_text) END;
-  doc_is text[] := array_remove(ARRAY[CASE WHEN p_edited IS NOT NULL THEN 'edited' END,
-                                         CASE WHEN m.payload ? 'step' THEN 'conductor' END], NULL);
-  -- message_has finds nothing in a text with no mention, no '://', no '[[' and no '`' whose payload
-  -- has no scores: most messages, spared its patterns
-  doc_has text[] := CASE
-    WHEN cardinality(p_mentions) = 0 AND NOT (m.payload ? 'scores') AND strpos(p_text, '://') = 0
-         AND strpos(p_text, '[[') = 0 AND strpos(p_text, '`') = 0 THEN '{}'::text[]
-    ELSE mycelium.message_has(p_text, m.payload, p_mentions) END;
-BEGIN
-  IF p_edited IS NOT NULL THEN
-    UPDATE mycelium.message_search d SET
-      edited_at = p_edited, text = p_text, lowered = lower(p_text), mention_handles = p_mentions,
-      stance = doc_stance, is_values = doc_is,
-      has_values = doc_has
-    WHERE d.room = m.room AND d.position = m.position;
-    IF FOUND THEN
-      RETURN m.position;
-    END IF;
-  END IF;
-  INSERT INTO mycelium.message_search (
-    room, position, id, episode, created_at, edited_at, text, lowered, from_handle, to_handles,
-    mention_handles, in_value, type_value, kind_value, status_value, stance, step, is_values, has_values,
-    day, expires_at)
-  VALUES (
-    m.room, m.position, m.id, m.episode, m.created_at, p_edited, p_text, lower(p_text), sender,
+-- The document of message m whose current text is p_text (edited at p_edited, if it was);
+-- p_mentions: every handle the text names, loud or silent, first seen first. One SELECT in SQL, so
+-- both of its users inline it: index_message, which stores it, and message_documents, which derives
+-- a notice's at query time; the expressions exist once.
+CREATE FUNCTION mycelium.message_document(m mycelium.messages, p_text text, p_edited timestamptz,
+                                          p_mentions text[]) RETURNS SETOF mycelium.message_search
+LANGUAGE sql STABLE AS $$
+  SELECT m.room, m.position, m.id, m.episode, m.created_at, p_edited, p_text, lower(p_text),
+    mycelium.normalize_handle(m.sender),
     CASE WHEN cardinality(m.recipients) = 0 THEN '{}'::text[] ELSE
       ARRAY(SELECT DISTINCT mycelium.normalize_handle(r) FROM unnest(m.recipients) r
-            WHERE mycelium.normalize_handle(r) NOT IN ('', sender)) END,
+            WHERE mycelium.normalize_handle(r) NOT IN ('', mycelium.normalize_handle(m.sender))) END,
     p_mentions,
     CASE WHEN m.episode = mycelium.live_episode(m.room) THEN 'channel' ELSE 'thread' END,
     mycelium.message_type_of(m.payload_type, m.payload),
     coalesce(nullif(m.payload -> 'metadata' ->> 'kind', ''), nullif(m.subkind, '')),
     m.payload -> 'metadata' ->> 'status',
-    doc_stance, lower(m.payload ->> 'step'), doc_is, doc_has,
+    -- the parsers run only on what can hold their markers (a notice or a ping has no prose)
+    CASE WHEN m.payload ? 'action' OR strpos(p_text, '[[') > 0 THEN mycelium.stance_of(m.payload, p_text) END,
+    lower(m.payload ->> 'step'),
+    array_remove(ARRAY[CASE WHEN p_edited IS NOT NULL THEN 'edited' END,
+                       CASE WHEN m.payload ? 'step' THEN 'conductor' END], NULL),
+    -- message_has finds nothing in a text with no mention, no '://', no '[[' and no '`' whose payload
+    -- has no scores: most messages, spared its patterns
+    CASE WHEN cardinality(p_mentions) = 0 AND NOT (m.payload ? 'scores') AND strpos(p_text, '://') = 0
+              AND strpos(p_text, '[[') = 0 AND strpos(p_text, '`') = 0 THEN '{}'::text[]
+         ELSE mycelium.message_has(p_text, m.payload, p_mentions) END,
     (m.created_at AT TIME ZONE 'UTC')::date::text,
     CASE WHEN jsonb_typeof(m.payload -> 'metadata' -> 'ttl_seconds') = 'number'
          THEN m.created_at + make_interval(secs => (m.payload -> 'metadata' ->> 'ttl_seconds')::double precision)
-    END);
+    END
+$$;
+
+-- Store the document of message m (message_document's arguments). A new message's document is a
+-- plain INSERT (an upsert's speculative insertion cost every message ~13 us); an amendment rewrites
+-- the text-derived fields of its original's document, written when the original landed. Returns the
+-- document's position, so the trigger calls it by assignment (a simple expression) rather than by
+-- PERFORM (a query started per message).
+CREATE FUNCTION mycelium.index_message(m mycelium.messages, p_text text, p_edited timestamptz,
+                                       p_mentions text[]) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_edited IS NOT NULL THEN
+    UPDATE mycelium.message_search d
+    SET (edited_at, text, lowered, mention_handles, stance, is_values, has_values) = (
+      SELECT n.edited_at, n.text, n.lowered, n.mention_handles, n.stance, n.is_values, n.has_values
+      FROM mycelium.message_document(m, p_text, p_edited, p_mentions) n)
+    WHERE d.room = m.room AND d.position = m.position;
+    IF FOUND THEN
+      RETURN m.position;
+    END IF;
+  END IF;
+  INSERT INTO mycelium.message_search SELECT * FROM mycelium.message_document(m, p_text, p_edited, p_mentions);
   RETURN m.position;
 END
 $$;
@@ -175,39 +176,18 @@ $$;
 -- and resolve, appended while the room's position lock is held) that only a search naming
 -- `type:notice` looks through, so it gets no stored document (messages_follow_up skips it) unless
 -- it is amended or its payload names a message_type (index_message writes one then, and that one
--- is read instead). The expressions are index_message's for a message never edited whose
--- type_value is 'notice'; the search reads this view only when its scope includes notices.
+-- is read instead). Both kinds are message_document's; the search reads this view only when its
+-- scope includes notices.
 CREATE VIEW mycelium.message_documents AS
 SELECT * FROM mycelium.message_search
 UNION ALL
-SELECT m.room, m.position, m.id, m.episode, m.created_at, NULL::timestamptz, m.content, lower(m.content),
-       mycelium.normalize_handle(m.sender),
-       CASE WHEN cardinality(m.recipients) = 0 THEN '{}'::text[] ELSE
-         ARRAY(SELECT DISTINCT mycelium.normalize_handle(r) FROM unnest(m.recipients) r
-               WHERE mycelium.normalize_handle(r) NOT IN ('', mycelium.normalize_handle(m.sender))) END,
-       CASE WHEN cardinality(m.mentions) + cardinality(m.silent_mentions) = 0 THEN '{}'::text[]
-            ELSE mycelium.named_handles(m.content) END,
-       CASE WHEN m.episode = mycelium.live_episode(m.room) THEN 'channel' ELSE 'thread' END,
-       'notice',
-       coalesce(nullif(m.payload -> 'metadata' ->> 'kind', ''), nullif(m.subkind, '')),
-       m.payload -> 'metadata' ->> 'status',
-       CASE WHEN m.payload ? 'action' OR strpos(m.content, '[[') > 0
-            THEN mycelium.stance_of(m.payload, m.content) END,
-       lower(m.payload ->> 'step'),
-       CASE WHEN m.payload ? 'step' THEN ARRAY['conductor'] ELSE '{}'::text[] END,
-       CASE WHEN cardinality(m.mentions) + cardinality(m.silent_mentions) = 0 AND NOT (m.payload ? 'scores')
-                 AND strpos(m.content, '://') = 0 AND strpos(m.content, '[[') = 0
-                 AND strpos(m.content, '`') = 0 THEN '{}'::text[]
-            ELSE mycelium.message_has(m.content, m.payload,
-                   CASE WHEN cardinality(m.mentions) + cardinality(m.silent_mentions) = 0 THEN '{}'::text[]
-                        ELSE mycelium.named_handles(m.content) END) END,
-       (m.created_at AT TIME ZONE 'UTC')::date::text,
-       CASE WHEN jsonb_typeof(m.payload -> 'metadata' -> 'ttl_seconds') = 'number'
-            THEN m.created_at + make_interval(secs => (m.payload -> 'metadata' ->> 'ttl_seconds')::double precision)
-       END
+SELECT d.*
 FROM mycelium.messages m
+CROSS JOIN LATERAL mycelium.message_document(m, m.content, NULL,
+  CASE WHEN cardinality(m.mentions) + cardinality(m.silent_mentions) = 0 THEN '{}'::text[]
+       ELSE mycelium.named_handles(m.content) END) d
 WHERE mycelium.stored_without_document(m.payload_type, m.payload, m.subkind, m.parents)
-  AND NOT EXISTS (SELECT 1 FROM mycelium.message_search d WHERE d.room = m.room AND d.position = m.position);
+  AND NOT EXISTS (SELECT 1 FROM mycelium.message_search s WHERE s.room = m.room AND s.position = m.position);
 
 -- Messages written before this file was applied (a notice's document is the view's).
 SELECT mycelium.index_message(m, t.text, t.edited_at, mycelium.named_handles(t.text))

@@ -27,7 +27,7 @@ FUNCTIONS = (
     "floors_after_write", "hold_floor", "release_floor", "freeze_roster", "thaw_roster",
     "delivery_cursors_forward", "inbox_anchor", "touch_presence", "take_next", "reply", "room_members",
     "message_type_of", "stance_of", "message_has", "thread_matches", "index_message", "named_handles",
-    "message_search_forget", "stored_without_document",
+    "message_search_forget", "stored_without_document", "message_document",
 )
 
 
