@@ -263,14 +263,7 @@ DECLARE
   by_handle text := mycelium.actor();
   kept text;
 BEGIN
-  -- mycelium.wake_hint written out (an assignment, not a query and a function call per write)
-  IF current_setting('mycelium.defer_wake', true) = 'on' THEN
-    kept := current_setting('mycelium.wake_hints', true);
-    kept := set_config('mycelium.wake_hints',
-      CASE WHEN coalesce(kept, '') = '' THEN '' ELSE kept || E'\n' END || E'mycelium_board\t' || NEW.room, true);
-  ELSE
-    PERFORM pg_notify('mycelium_board', NEW.room);
-  END IF;
+  kept := mycelium.wake_hint('mycelium_board', NEW.room);  -- by assignment: a PERFORM starts a query
   IF TG_OP = 'UPDATE' AND OLD.state = 'held' AND NOT mycelium.task_lease_live(OLD)
      AND (NEW.claim_id IS DISTINCT FROM OLD.claim_id OR NEW.state <> 'held') THEN
     PERFORM mycelium.announce_expiry(OLD, by_handle);

@@ -112,15 +112,8 @@ BEGIN
     IF octet_length(who) + octet_length(NEW.room) > 7000 THEN
       who := '*';
     END IF;
-    -- (mycelium.wake_hint written out, as in messages_after_insert: an assignment, not a query)
-    IF current_setting('mycelium.defer_wake', true) = 'on' THEN
-      kept := current_setting('mycelium.wake_hints', true);
-      kept := set_config('mycelium.wake_hints',
-        CASE WHEN coalesce(kept, '') = '' THEN '' ELSE kept || E'\n' END
-          || E'mycelium_wakes\t' || NEW.position || E'\t' || NEW.room || E'\t' || who, true);
-    ELSE
-      PERFORM pg_notify('mycelium_wakes', NEW.position || E'\t' || NEW.room || E'\t' || who);
-    END IF;
+    -- by assignment, as in messages_after_insert (a PERFORM would start a query)
+    kept := mycelium.wake_hint('mycelium_wakes', NEW.position || E'\t' || NEW.room || E'\t' || who);
   END IF;
   IF NEW.subkind = 'amend' AND cardinality(NEW.parents) > 0 THEN
     SELECT * INTO original FROM mycelium.messages WHERE room = NEW.room AND id = NEW.parents[1];

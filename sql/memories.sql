@@ -30,7 +30,7 @@ END
 $$;
 
 -- NOTIFY p_channel, or keep the hint for the caller when it asked to send its own.
-CREATE FUNCTION mycelium.wake_hint(p_channel text, p_payload text) RETURNS void LANGUAGE plpgsql AS $$
+CREATE FUNCTION mycelium.wake_hint(p_channel text, p_payload text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE kept text;
 BEGIN
   IF current_setting('mycelium.defer_wake', true) = 'on' THEN
@@ -40,6 +40,7 @@ BEGIN
   ELSE
     PERFORM pg_notify(p_channel, p_payload);
   END IF;
+  RETURN p_payload;
 END
 $$;
 

@@ -119,20 +119,12 @@ $$;
 CREATE TRIGGER messages_before_insert BEFORE INSERT ON mycelium.messages
   FOR EACH ROW EXECUTE FUNCTION mycelium.messages_before_insert();
 
--- The wake hint, as mycelium.wake_hint sends it, written out here: this runs on every insert, and a
--- PERFORM of wake_hint is a query started and a function called per row, where the kept hint (the
--- hub's verbs defer their hints) is one assignment.
+-- The wake hint of every insert. Called by assignment (a simple expression), not by PERFORM, which
+-- would start a query per row.
 CREATE FUNCTION mycelium.messages_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE kept text;
+DECLARE hinted text;
 BEGIN
-  IF current_setting('mycelium.defer_wake', true) = 'on' THEN
-    kept := current_setting('mycelium.wake_hints', true);
-    kept := set_config('mycelium.wake_hints',
-      CASE WHEN coalesce(kept, '') = '' THEN '' ELSE kept || E'\n' END
-        || E'mycelium_messages\t' || NEW.room || ' ' || NEW.position, true);
-  ELSE
-    PERFORM pg_notify('mycelium_messages', NEW.room || ' ' || NEW.position);
-  END IF;
+  hinted := mycelium.wake_hint('mycelium_messages', NEW.room || ' ' || NEW.position);
   RETURN NULL;
 END
 $$;
