@@ -65,11 +65,11 @@ CREATE TABLE mycelium.lease_expiries (
 
 -- (STABLE, as timestamptz + interval is: a SQL function declared IMMUTABLE over a STABLE operator is
 -- never inlined, so every lease read and guard ran it as a function call of its own.)
-CREATE FUNCTION mycelium.task_lease_end(p_claimed_at timestamptz, p_ttl_minutes integer) RETURNS timestamptz
+CREATE OR REPLACE FUNCTION mycelium.task_lease_end(p_claimed_at timestamptz, p_ttl_minutes integer) RETURNS timestamptz
 LANGUAGE sql STABLE RETURN p_claimed_at + make_interval(mins => p_ttl_minutes);
 
 -- A held lease is live until claimed_at + ttl (by the database clock).
-CREATE FUNCTION mycelium.task_lease_live(a mycelium.assignments) RETURNS boolean LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.task_lease_live(a mycelium.assignments) RETURNS boolean LANGUAGE sql STABLE AS $$
   SELECT a.state = 'held' AND a.owner IS NOT NULL AND now() < mycelium.task_lease_end(a.claimed_at, a.ttl_minutes)
 $$;
 
@@ -78,7 +78,7 @@ $$;
 
 -- The dependencies a row waits on: existing, unsettled board rows it `depends-on`, in the order
 -- they are written.
-CREATE FUNCTION mycelium.waiting_on(p_room text, p_key text) RETURNS text[] LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.waiting_on(p_room text, p_key text) RETURNS text[] LANGUAGE sql STABLE AS $$
   SELECT coalesce(array_agg(d.depends_on ORDER BY d.ord, d.depends_on), '{}')
   FROM mycelium.board_dependencies d
   JOIN mycelium.memories m ON m.room = d.room AND m.key = d.depends_on
@@ -89,7 +89,7 @@ $$;
 
 -- The derived state of a lease row (NULL when never leased): unclaimed, held, expired, released or
 -- resolved.
-CREATE FUNCTION mycelium.lease_assignment(a mycelium.assignments) RETURNS text LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.lease_assignment(a mycelium.assignments) RETURNS text LANGUAGE sql STABLE AS $$
   SELECT CASE
     WHEN a.state IS NULL THEN 'unclaimed'
     WHEN a.state <> 'held' THEN a.state
@@ -110,7 +110,7 @@ CREATE TYPE mycelium.lease_read AS (
 
 -- (One ROW expression: the planner inlines it into the caller, so a read is built without a
 -- function call of its own.)
-CREATE FUNCTION mycelium.lease_read(m mycelium.memories, a mycelium.assignments)
+CREATE OR REPLACE FUNCTION mycelium.lease_read(m mycelium.memories, a mycelium.assignments)
 RETURNS mycelium.lease_read LANGUAGE sql STABLE AS $$
   SELECT ROW(
     m.room, m.key, m.episode, m.version, mycelium.memory_title(m.value, m.meta),
@@ -133,7 +133,7 @@ $$;
 -- before its write (a lease never changes what its own row waits on): the verbs append their notice,
 -- which takes the room's timeline lock, as late as they can, so nothing slow runs between it and the
 -- commit. (tests/board: each verb's answer equals a read of the lease in the same transaction.)
-CREATE FUNCTION mycelium.lease_written(m mycelium.memories, a mycelium.assignments, p_waiting_on text[])
+CREATE OR REPLACE FUNCTION mycelium.lease_written(m mycelium.memories, a mycelium.assignments, p_waiting_on text[])
 RETURNS mycelium.lease_read LANGUAGE sql STABLE AS $$
   SELECT ROW(
     m.room, m.key, m.episode, m.version, mycelium.memory_title(m.value, m.meta), a.state, a.state, a.owner,
@@ -143,7 +143,7 @@ RETURNS mycelium.lease_read LANGUAGE sql STABLE AS $$
 $$;
 
 -- Every work/ row's lease.
-CREATE VIEW mycelium.lease_states AS
+CREATE OR REPLACE VIEW mycelium.lease_states AS
   SELECT l.*
   FROM mycelium.memories m
   LEFT JOIN mycelium.assignments a ON a.room = m.room AND a.key = m.key
@@ -152,7 +152,7 @@ CREATE VIEW mycelium.lease_states AS
 
 -- Every board row with what a board shows: status, kind, priority, lease, what it waits on, and
 -- where it needs attention (resolved > in_flight > needs_you).
-CREATE VIEW mycelium.board_rows AS
+CREATE OR REPLACE VIEW mycelium.board_rows AS
   SELECT m.room, m.key, split_part(m.key, '/', 1) AS namespace,
          mycelium.memory_title(m.value, m.meta) AS title,
          m.meta ->> 'status' AS status, m.meta ->> 'kind' AS kind, m.meta ->> 'priority' AS priority,
@@ -172,7 +172,7 @@ CREATE VIEW mycelium.board_rows AS
 -- ---------------------------------------------------------------------------------------------
 -- Guards and notices.
 
-CREATE FUNCTION mycelium.assignments_before_write() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.assignments_before_write() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   old_live boolean := TG_OP = 'UPDATE' AND mycelium.task_lease_live(OLD);
 BEGIN
@@ -219,11 +219,11 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE TRIGGER assignments_before_write BEFORE INSERT OR UPDATE ON mycelium.assignments
+CREATE OR REPLACE TRIGGER assignments_before_write BEFORE INSERT OR UPDATE ON mycelium.assignments
   FOR EACH ROW EXECUTE FUNCTION mycelium.assignments_before_write();
 
 -- Announce the expiry of lease p (a held lease whose time is up) unless it was announced already.
-CREATE FUNCTION mycelium.announce_expiry(p mycelium.assignments, p_by text) RETURNS boolean
+CREATE OR REPLACE FUNCTION mycelium.announce_expiry(p mycelium.assignments, p_by text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE m mycelium.memories;
 BEGIN
@@ -252,7 +252,7 @@ $$;
 -- a query. A row settled by its status already unblocked its dependents then. Before it is noted,
 -- such a row is locked FOR NO KEY UPDATE and its status read again, so a field write settling it at
 -- the same time (a plain UPDATE of the lease too) is either seen or waits for this commit.
-CREATE FUNCTION mycelium.assignments_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.assignments_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   title text;
   thread text;
@@ -301,10 +301,10 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER assignments_after_write AFTER INSERT OR UPDATE ON mycelium.assignments
+CREATE OR REPLACE TRIGGER assignments_after_write AFTER INSERT OR UPDATE ON mycelium.assignments
   FOR EACH ROW EXECUTE FUNCTION mycelium.assignments_after_write();
 
-CREATE FUNCTION mycelium.assignments_raise_unblocked() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.assignments_raise_unblocked() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   noted text := nullif(current_setting('mycelium.settled_leases', true), '');
   g record;
@@ -323,10 +323,10 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER assignments_settled AFTER INSERT OR UPDATE ON mycelium.assignments
+CREATE OR REPLACE TRIGGER assignments_settled AFTER INSERT OR UPDATE ON mycelium.assignments
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.assignments_raise_unblocked();
 
-CREATE FUNCTION mycelium.assignments_before_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.assignments_before_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF mycelium.task_lease_live(OLD) AND EXISTS (SELECT 1 FROM mycelium.memories WHERE room = OLD.room AND key = OLD.key) THEN
     PERFORM mycelium.refuse(409, 'lease_held',
@@ -336,7 +336,7 @@ BEGIN
   RETURN OLD;
 END
 $$;
-CREATE TRIGGER assignments_before_delete BEFORE DELETE ON mycelium.assignments
+CREATE OR REPLACE TRIGGER assignments_before_delete BEFORE DELETE ON mycelium.assignments
   FOR EACH ROW EXECUTE FUNCTION mycelium.assignments_before_delete();
 
 -- ---------------------------------------------------------------------------------------------
@@ -344,7 +344,7 @@ CREATE TRIGGER assignments_before_delete BEFORE DELETE ON mycelium.assignments
 
 -- Why a lease verb found no row to work on: 422 outside work/, else 404 (no such room or memory).
 -- Called only once the verb's one read came back empty, so a verb that finds its row pays nothing.
-CREATE FUNCTION mycelium.refuse_task_lease(p_room text, p_key text) RETURNS void
+CREATE OR REPLACE FUNCTION mycelium.refuse_task_lease(p_room text, p_key text) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
   PERFORM mycelium.require_room(p_room);
@@ -358,7 +358,7 @@ END
 $$;
 
 -- The lease of one work/ row, or the refusal upstream gives: 422 outside work/, 404 if missing.
-CREATE FUNCTION mycelium.read_assignment(p_room text, p_key text) RETURNS mycelium.lease_read
+CREATE OR REPLACE FUNCTION mycelium.read_assignment(p_room text, p_key text) RETURNS mycelium.lease_read
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
   m mycelium.memories;
@@ -381,7 +381,7 @@ $$;
 -- (which holds the room's timeline counter until the commit) only the answer is built.
 -- task_row_of is a SQL function over one SELECT, so each verb's query inlines it: no call at run
 -- time, and a column a verb does not name is not computed. It finds no row outside work/.
-CREATE FUNCTION mycelium.task_row_of(p_room text, p_key text)
+CREATE OR REPLACE FUNCTION mycelium.task_row_of(p_room text, p_key text)
 RETURNS TABLE (episode text, version integer, value jsonb, meta jsonb, depends boolean, depended boolean)
 LANGUAGE sql STABLE AS $$
   SELECT x.episode, x.version, x.value, x.meta,
@@ -398,7 +398,7 @@ $$;
 -- One upsert: a first claim inserts the lease; a later one updates it, and the row lock that the
 -- conflict takes makes concurrent claimants queue; the takeover of someone else's live lease is
 -- refused by assignments_before_write, the same rule a direct UPDATE meets.
-CREATE FUNCTION mycelium.claim_task(p_room text, p_key text, p_handle text, p_ttl_minutes integer DEFAULT 30,
+CREATE OR REPLACE FUNCTION mycelium.claim_task(p_room text, p_key text, p_handle text, p_ttl_minutes integer DEFAULT 30,
                                     p_force boolean DEFAULT false)
 RETURNS mycelium.lease_read LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
@@ -444,7 +444,7 @@ END
 $$;
 
 -- Release: the row is free again, with a note (default 'released') and who left it.
-CREATE FUNCTION mycelium.release_task(p_room text, p_key text, p_handle text, p_note text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION mycelium.release_task(p_room text, p_key text, p_handle text, p_note text DEFAULT NULL)
 RETURNS mycelium.lease_read LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
@@ -481,7 +481,7 @@ $$;
 -- then sees the lease resolved, so the dependents hear `unblocked` once. A row nothing depends on
 -- has nobody to unblock and is not locked (assignments_after_write locks it itself if a dependent
 -- appeared in between).
-CREATE FUNCTION mycelium.resolve_task(p_room text, p_key text, p_handle text)
+CREATE OR REPLACE FUNCTION mycelium.resolve_task(p_room text, p_key text, p_handle text)
 RETURNS mycelium.lease_read LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
@@ -529,7 +529,7 @@ $$;
 
 -- Renew: refresh every lease p_handle holds in the room that is past half its time and still
 -- live. Fresh leases are left alone (no write); expired ones are not brought back. No notices.
-CREATE FUNCTION mycelium.renew_tasks(p_room text, p_handle text)
+CREATE OR REPLACE FUNCTION mycelium.renew_tasks(p_room text, p_handle text)
 RETURNS TABLE (key text, claimed_at timestamptz, ttl_minutes integer) LANGUAGE plpgsql AS $$
 DECLARE h text := mycelium.board_require_handle(p_handle);
 BEGIN
@@ -549,7 +549,7 @@ $$;
 -- (transaction advisory lock: the others return nothing); each announcement is recorded with the
 -- notice in one transaction, so a restart neither repeats nor loses one.
 
-CREATE FUNCTION mycelium.sweep_expired_leases(p_limit integer DEFAULT 500)
+CREATE OR REPLACE FUNCTION mycelium.sweep_expired_leases(p_limit integer DEFAULT 500)
 RETURNS TABLE (room text, key text, owner text, claim_id bigint, expired_at timestamptz)
 LANGUAGE plpgsql AS $$
 DECLARE a mycelium.assignments;
@@ -576,7 +576,7 @@ $$;
 
 -- Seconds until the next held lease runs out (NULL when none is held), so a sweeper sleeps
 -- exactly as long as it may.
-CREATE FUNCTION mycelium.next_lease_expiry() RETURNS double precision LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.next_lease_expiry() RETURNS double precision LANGUAGE sql STABLE AS $$
   SELECT CASE WHEN min(mycelium.task_lease_end(a.claimed_at, a.ttl_minutes)) IS NOT NULL THEN
            greatest(0, extract(epoch FROM min(mycelium.task_lease_end(a.claimed_at, a.ttl_minutes)) - now()))
          END::double precision

@@ -7,7 +7,7 @@
 
 CREATE SCHEMA IF NOT EXISTS mycelium;
 
-CREATE FUNCTION mycelium.refuse(status integer, error text, message text, extra jsonb DEFAULT '{}')
+CREATE OR REPLACE FUNCTION mycelium.refuse(status integer, error text, message text, extra jsonb DEFAULT '{}')
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
   RAISE EXCEPTION USING
@@ -37,14 +37,14 @@ CREATE TABLE mycelium.config (
   PRIMARY KEY (room, name)
 );
 
-CREATE FUNCTION mycelium.config_value(p_name text, p_room text DEFAULT '') RETURNS jsonb
+CREATE OR REPLACE FUNCTION mycelium.config_value(p_name text, p_room text DEFAULT '') RETURNS jsonb
 LANGUAGE sql STABLE AS $$
   SELECT value FROM mycelium.config
   WHERE name = p_name AND room IN (coalesce(p_room, ''), '')
   ORDER BY room DESC LIMIT 1
 $$;
 
-CREATE FUNCTION mycelium.set_config(p_name text, p_value jsonb, p_room text DEFAULT '', p_by text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION mycelium.set_config(p_name text, p_value jsonb, p_room text DEFAULT '', p_by text DEFAULT NULL)
 RETURNS mycelium.config LANGUAGE plpgsql AS $$
 DECLARE r mycelium.config;
 BEGIN

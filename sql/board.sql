@@ -16,42 +16,42 @@
 -- ---------------------------------------------------------------------------------------------
 -- Vocabulary (contracts/board-vocabulary.json; tests assert these against the file).
 
-CREATE FUNCTION mycelium.board_namespaces() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.board_namespaces() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
   SELECT ARRAY['decisions', 'status', 'work', 'failed']
 $$;
 
-CREATE FUNCTION mycelium.board_statuses() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.board_statuses() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
   SELECT ARRAY['open', 'in_review', 'resolved', 'dismissed']
 $$;
 
-CREATE FUNCTION mycelium.board_kinds() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.board_kinds() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
   SELECT ARRAY['decision', 'blocked', 'review', 'action', 'concern', 'signal']
 $$;
 
-CREATE FUNCTION mycelium.board_priorities() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.board_priorities() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
   SELECT ARRAY['urgent', 'high', 'normal', 'low']
 $$;
 
-CREATE FUNCTION mycelium.settled_statuses() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.settled_statuses() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
   SELECT ARRAY['resolved', 'dismissed']
 $$;
 
 -- The lease's own fields: never written as frontmatter, refused by /fields.
-CREATE FUNCTION mycelium.reserved_lease_fields() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.reserved_lease_fields() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
   SELECT ARRAY['assignment', 'owner', 'claimed_at', 'ttl_minutes', 'assignment_note', 'assignment_note_by']
 $$;
 
-CREATE FUNCTION mycelium.is_board_key(p_key text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.is_board_key(p_key text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
   SELECT p_key LIKE '%/%' AND split_part(p_key, '/', 1) = ANY (mycelium.board_namespaces())
 $$;
 
 -- (A SQL-standard body: queries that name it inline it, and a stored body is read back instead of
 -- being parsed again.)
-CREATE FUNCTION mycelium.is_assignable_key(p_key text) RETURNS boolean LANGUAGE sql IMMUTABLE
+CREATE OR REPLACE FUNCTION mycelium.is_assignable_key(p_key text) RETURNS boolean LANGUAGE sql IMMUTABLE
 RETURN p_key LIKE 'work/_%';
 
 -- Everything the database believes about the board's closed sets, for the contract test.
-CREATE FUNCTION mycelium.board_vocabulary() RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.board_vocabulary() RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
   SELECT jsonb_build_object(
     'statuses', to_jsonb(mycelium.board_statuses()),
     'kinds', to_jsonb(mycelium.board_kinds()),
@@ -69,13 +69,13 @@ $$;
 
 -- The one handle normalisation (service/mycelium/core/handles.py, contracts/mentions.json): trim
 -- ASCII whitespace, drop leading '@', drop a '#session' suffix, trim again, lowercase A-Z only.
-CREATE FUNCTION mycelium.board_handle(p_handle text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.board_handle(p_handle text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
   SELECT translate(
     btrim(split_part(ltrim(btrim(p_handle, E' \t\n\r\f' || chr(11)), '@'), '#', 1), E' \t\n\r\f' || chr(11)),
     'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
 $$;
 
-CREATE FUNCTION mycelium.board_handle_problem(p_handle text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.board_handle_problem(p_handle text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE h text := mycelium.board_handle(p_handle);
 BEGIN
   RETURN CASE
@@ -90,7 +90,7 @@ $$;
 -- A valid normalised handle, or a 422 naming what is wrong with it.
 -- (Every verb calls it: a valid handle costs one normalisation and one match; only a bad one is
 -- examined further.)
-CREATE FUNCTION mycelium.board_require_handle(p_handle text, p_what text DEFAULT 'handle') RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.board_require_handle(p_handle text, p_what text DEFAULT 'handle') RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
   h text := mycelium.board_handle(p_handle);
@@ -118,7 +118,7 @@ $$;
 -- at the first one costs less than a SQL function splitting the whole text into a set. memory_title
 -- itself is one SQL expression, inlined where it is named, so a notice or a lease read with a
 -- frontmatter title, as every task has, calls no function for it: two per claim or resolve.)
-CREATE FUNCTION mycelium.memory_body_title(p_text text) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.memory_body_title(p_text text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE line text;
 BEGIN
@@ -131,7 +131,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.memory_title(p_value jsonb, p_meta jsonb) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.memory_title(p_value jsonb, p_meta jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
   SELECT coalesce(nullif(btrim(p_meta ->> 'title'), ''), mycelium.memory_body_title(p_value ->> 'text'))
 $$;
@@ -139,7 +139,7 @@ $$;
 -- The key slug of a task title: lowercased, runs of anything but a-z0-9 become '-', trimmed,
 -- at most 48 characters, 'task' when nothing is left. Deterministic: the same title lands on the
 -- same row.
-CREATE FUNCTION mycelium.task_slug(p_title text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.task_slug(p_title text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
   SELECT coalesce(nullif(btrim(left(btrim(regexp_replace(lower(coalesce(p_title, '')), '[^a-z0-9]+', '-', 'g'),
                                           '-'), 48), '-'), ''), 'task')
 $$;
@@ -147,12 +147,12 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- Row <-> thread lookups (the conversations feature uses them for floor notices and search).
 
-CREATE FUNCTION mycelium.episode_of(p_room text, p_key text) RETURNS text LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.episode_of(p_room text, p_key text) RETURNS text LANGUAGE sql STABLE AS $$
   SELECT episode FROM mycelium.memories WHERE room = p_room AND key = p_key
 $$;
 
 -- The row bound to a thread (a full URN, or its short id), with its title; no row when none is.
-CREATE FUNCTION mycelium.row_of_episode(p_room text, p_episode text)
+CREATE OR REPLACE FUNCTION mycelium.row_of_episode(p_room text, p_episode text)
 RETURNS TABLE (key text, title text, board boolean) LANGUAGE sql STABLE AS $$
   SELECT m.key, mycelium.memory_title(m.value, m.meta), mycelium.is_board_key(m.key)
   FROM mycelium.memories m
@@ -166,14 +166,14 @@ $$;
 -- database on every write). A dependency is a prerequisite only while it is an existing, unsettled
 -- board row; a context/ note or a missing key is a reference.
 
-CREATE VIEW mycelium.board_dependencies AS
+CREATE OR REPLACE VIEW mycelium.board_dependencies AS
   SELECT l.room, l.source_key AS key, l.target AS depends_on, min(l.ord) AS ord
   FROM mycelium.memory_links l
   WHERE l.kind = 'relation' AND l.relation = 'depends-on' AND l.cross_room IS NULL
   GROUP BY l.room, l.source_key, l.target;
 
 -- Settled: status resolved or dismissed, or the lease resolved.
-CREATE FUNCTION mycelium.row_settled(p_meta jsonb, p_lease_state text) RETURNS boolean
+CREATE OR REPLACE FUNCTION mycelium.row_settled(p_meta jsonb, p_lease_state text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
   SELECT coalesce(p_meta ->> 'status' = ANY (mycelium.settled_statuses()), false)
       OR coalesce(p_lease_state = 'resolved', false)
@@ -181,7 +181,7 @@ $$;
 
 -- Refuse a depends-on edge that closes a cycle between board rows. Edges are checked one room at
 -- a time under a transaction advisory lock, so two writers cannot each add half of a cycle.
-CREATE FUNCTION mycelium.memory_links_no_dependency_cycle() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.memory_links_no_dependency_cycle() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   loop_path text[];
 BEGIN
@@ -212,14 +212,14 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER memory_links_no_dependency_cycle AFTER INSERT ON mycelium.memory_links
+CREATE OR REPLACE TRIGGER memory_links_no_dependency_cycle AFTER INSERT ON mycelium.memory_links
   FOR EACH ROW WHEN (NEW.kind = 'relation' AND NEW.relation = 'depends-on')
   EXECUTE FUNCTION mycelium.memory_links_no_dependency_cycle();
 
 -- ---------------------------------------------------------------------------------------------
 -- Notices a board row raises. Every notice carries key, title and episode (the row's thread).
 
-CREATE FUNCTION mycelium.row_notice(p_room text, p_subkind text, p_key text, p_value jsonb, p_meta jsonb,
+CREATE OR REPLACE FUNCTION mycelium.row_notice(p_room text, p_subkind text, p_key text, p_value jsonb, p_meta jsonb,
                                     p_episode text, p_data jsonb DEFAULT '{}')
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
@@ -231,7 +231,7 @@ $$;
 
 -- Raise `unblocked` for every unsettled work/ row that depended on one of p_settled and now waits
 -- on nothing. Called once per statement with every row that became settled in it.
-CREATE FUNCTION mycelium.raise_unblocked(p_room text, p_settled text[], p_by text) RETURNS integer
+CREATE OR REPLACE FUNCTION mycelium.raise_unblocked(p_room text, p_settled text[], p_by text) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
   dependent text;
@@ -259,7 +259,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.board_rows_filed() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.board_rows_filed() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE r record;
 BEGIN
   FOR r IN SELECT * FROM new_rows WHERE mycelium.is_board_key(key) ORDER BY key LOOP
@@ -269,10 +269,10 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER board_rows_filed AFTER INSERT ON mycelium.memories
+CREATE OR REPLACE TRIGGER board_rows_filed AFTER INSERT ON mycelium.memories
   REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mycelium.board_rows_filed();
 
-CREATE FUNCTION mycelium.board_rows_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.board_rows_moved() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   r record;
   g record;
@@ -308,13 +308,13 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER board_rows_moved AFTER UPDATE ON mycelium.memories
+CREATE OR REPLACE TRIGGER board_rows_moved AFTER UPDATE ON mycelium.memories
   REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT
   EXECUTE FUNCTION mycelium.board_rows_moved();
 
 -- The lease fields are not frontmatter of a board row: whoever writes them there (the memory
 -- route, /fields, a plain UPDATE) is refused, so no write can forge a lease.
-CREATE FUNCTION mycelium.board_rows_no_lease_fields() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.board_rows_no_lease_fields() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE found text[];
 BEGIN
   SELECT array_agg(k ORDER BY k) INTO found
@@ -330,7 +330,7 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE TRIGGER board_rows_no_lease_fields BEFORE INSERT OR UPDATE OF meta ON mycelium.memories
+CREATE OR REPLACE TRIGGER board_rows_no_lease_fields BEFORE INSERT OR UPDATE OF meta ON mycelium.memories
   FOR EACH ROW WHEN (mycelium.is_board_key(NEW.key))
   EXECUTE FUNCTION mycelium.board_rows_no_lease_fields();
 
@@ -338,11 +338,11 @@ CREATE TRIGGER board_rows_no_lease_fields BEFORE INSERT OR UPDATE OF meta ON myc
 -- The dependency gate setting: mycelium.config 'board.dependency_gate' (per room, else hub-wide),
 -- off by default.
 
-CREATE FUNCTION mycelium.dependency_gate_on(p_room text) RETURNS boolean LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.dependency_gate_on(p_room text) RETURNS boolean LANGUAGE sql STABLE AS $$
   SELECT coalesce(mycelium.config_value('board.dependency_gate', p_room) = 'true'::jsonb, false)
 $$;
 
-CREATE FUNCTION mycelium.set_dependency_gate(p_on boolean, p_room text DEFAULT '', p_by text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION mycelium.set_dependency_gate(p_on boolean, p_room text DEFAULT '', p_by text DEFAULT NULL)
 RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
   IF coalesce(p_room, '') <> '' THEN
@@ -357,7 +357,7 @@ $$;
 -- Field writes: frontmatter of one existing memory; a JSON null clears a field; prose, tags and
 -- the vector are untouched; version +1. Lease fields are refused (all of the write, 422).
 
-CREATE FUNCTION mycelium.write_fields(p_room text, p_key text, p_by text, p_fields jsonb)
+CREATE OR REPLACE FUNCTION mycelium.write_fields(p_room text, p_key text, p_by text, p_fields jsonb)
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
 DECLARE
   cur mycelium.memories;
@@ -412,7 +412,7 @@ END
 $$;
 
 -- The user's fields of a memory: its frontmatter without the lease fields.
-CREATE FUNCTION mycelium.read_fields(p_room text, p_key text) RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.read_fields(p_room text, p_key text) RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
 DECLARE m mycelium.memories;
 BEGIN
   SELECT * INTO m FROM mycelium.memories WHERE room = p_room AND key = p_key;
@@ -428,7 +428,7 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- Board verbs over fields (their notices come from the triggers above).
 
-CREATE FUNCTION mycelium.require_board_row(p_room text, p_key text) RETURNS mycelium.memories
+CREATE OR REPLACE FUNCTION mycelium.require_board_row(p_room text, p_key text) RETURNS mycelium.memories
 LANGUAGE plpgsql STABLE AS $$
 DECLARE m mycelium.memories;
 BEGIN
@@ -448,7 +448,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.block_row(p_room text, p_key text, p_by text, p_on text)
+CREATE OR REPLACE FUNCTION mycelium.block_row(p_room text, p_key text, p_by text, p_on text)
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM mycelium.require_board_row(p_room, p_key);
@@ -461,7 +461,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.unblock_row(p_room text, p_key text, p_by text)
+CREATE OR REPLACE FUNCTION mycelium.unblock_row(p_room text, p_key text, p_by text)
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
 DECLARE m mycelium.memories := mycelium.require_board_row(p_room, p_key);
 BEGIN
@@ -473,7 +473,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.dismiss_row(p_room text, p_key text, p_by text)
+CREATE OR REPLACE FUNCTION mycelium.dismiss_row(p_room text, p_key text, p_by text)
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM mycelium.require_board_row(p_room, p_key);
@@ -482,7 +482,7 @@ END
 $$;
 
 -- Promote: the row is owned elsewhere now (an issue, a PR); it is resolved here and says where.
-CREATE FUNCTION mycelium.promote_row(p_room text, p_key text, p_by text, p_url text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION mycelium.promote_row(p_room text, p_key text, p_by text, p_url text DEFAULT NULL)
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
 DECLARE h text := mycelium.board_require_handle(p_by);
 BEGIN
@@ -497,7 +497,7 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- Tasks: file a row in work/ (status open, kind action), optionally for someone and under a parent.
 
-CREATE FUNCTION mycelium.create_task(p_room text, p_title text, p_by text, p_key text DEFAULT NULL,
+CREATE OR REPLACE FUNCTION mycelium.create_task(p_room text, p_title text, p_by text, p_key text DEFAULT NULL,
                                      p_assignee text DEFAULT NULL, p_parent text DEFAULT NULL)
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
 DECLARE

@@ -13,7 +13,7 @@
 --   * an amendment is a new exchange:amend message parented on the original; reads fold the chain
 --     to the newest text (view mycelium.timeline).
 
-CREATE FUNCTION mycelium.message_wakes(
+CREATE OR REPLACE FUNCTION mycelium.message_wakes(
   p_kind text, p_subkind text, p_payload_type text, p_sender text, p_recipients text[], p_content text
 ) RETURNS text[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
@@ -61,7 +61,7 @@ CREATE INDEX messages_amendments ON mycelium.messages (room, (parents[1]), posit
 
 -- The timeline as people read it: amendments folded into the message they amend (its newest text,
 -- and edited_at), amendment rows themselves left out.
-CREATE VIEW mycelium.timeline AS
+CREATE OR REPLACE VIEW mycelium.timeline AS
 SELECT m.*, coalesce(a.content, m.content) AS text, a.created_at AS edited_at
 FROM mycelium.messages m
 LEFT JOIN LATERAL (
@@ -73,7 +73,7 @@ WHERE NOT (coalesce(m.subkind, '') = 'amend' AND cardinality(m.parents) > 0);
 
 -- An episode reference as a URN of p_room: NULL, '' and 'live' are the room's channel; anything
 -- not starting with 'urn:' is a thread's short id.
-CREATE FUNCTION mycelium.episode_ref(p_room text, p_ref text) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.episode_ref(p_room text, p_ref text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
   SELECT CASE
     WHEN p_ref IS NULL OR btrim(p_ref) = '' OR btrim(p_ref) = 'live' THEN mycelium.live_episode(p_room)
@@ -94,7 +94,7 @@ $$;
 --   search: the message's document (message_search.sql: index_message), or, for an amendment, its
 --         original's document rewritten with the newest text; a notice has none (its document is
 --         derived by the message_documents view when a search looks through notices).
-CREATE FUNCTION mycelium.messages_follow_up() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.messages_follow_up() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   who text;
   kept text;
@@ -129,7 +129,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER messages_follow_up AFTER INSERT ON mycelium.messages
+CREATE OR REPLACE TRIGGER messages_follow_up AFTER INSERT ON mycelium.messages
   FOR EACH ROW EXECUTE FUNCTION mycelium.messages_follow_up();
 
 -- ---------------------------------------------------------------------------------------------
@@ -137,7 +137,7 @@ CREATE TRIGGER messages_follow_up AFTER INSERT ON mycelium.messages
 
 -- Post one message. Every write passes the thread write gate (floors.sql) on insert. The sender and
 -- recipients are stored normalised; p_episode may be a URN, a thread's short id, or NULL (the room).
-CREATE FUNCTION mycelium.post_message(
+CREATE OR REPLACE FUNCTION mycelium.post_message(
   p_room text, p_sender text, p_content text, p_episode text DEFAULT NULL,
   p_recipients text[] DEFAULT '{}', p_kind text DEFAULT 'exchange', p_subkind text DEFAULT NULL,
   p_payload_type text DEFAULT 'message', p_payload jsonb DEFAULT '{}', p_parents uuid[] DEFAULT '{}',
@@ -184,7 +184,7 @@ $$;
 
 -- Amend a message: a new exchange:amend parented on the original (an amendment of an amendment
 -- amends the original). Only the original sender may amend. Returns the original, folded.
-CREATE FUNCTION mycelium.amend_message(p_room text, p_id uuid, p_content text, p_by text)
+CREATE OR REPLACE FUNCTION mycelium.amend_message(p_room text, p_id uuid, p_content text, p_by text)
 RETURNS mycelium.timeline LANGUAGE plpgsql AS $$
 DECLARE
   target mycelium.messages;

@@ -38,7 +38,7 @@ CREATE TABLE mycelium.rosters (
 );
 
 -- A handle list as the database keeps it: normalised, each once, in the order given.
-CREATE FUNCTION mycelium.handle_list(p_handles text[], p_what text DEFAULT 'handle') RETURNS text[]
+CREATE OR REPLACE FUNCTION mycelium.handle_list(p_handles text[], p_what text DEFAULT 'handle') RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
   SELECT coalesce(array_agg(h ORDER BY first_seen), '{}')
   FROM (
@@ -48,14 +48,14 @@ LANGUAGE sql IMMUTABLE AS $$
   ) l
 $$;
 
-CREATE FUNCTION mycelium.thread_known(p_room text, p_episode text) RETURNS boolean
+CREATE OR REPLACE FUNCTION mycelium.thread_known(p_room text, p_episode text) RETURNS boolean
 LANGUAGE sql STABLE AS $$
   SELECT EXISTS (SELECT 1 FROM mycelium.memories WHERE room = p_room AND episode = p_episode)
       OR EXISTS (SELECT 1 FROM mycelium.messages WHERE room = p_room AND episode = p_episode)
 $$;
 
 -- '@conductor holds the floor; @api, @web may speak' / '…; no one else may speak right now'.
-CREATE FUNCTION mycelium.describe_floor(p_holder text, p_speakers text[]) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.describe_floor(p_holder text, p_speakers text[]) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
   SELECT format('@%s holds the floor; ', p_holder)
       || CASE WHEN cardinality(coalesce(p_speakers, '{}')) = 0 THEN 'no one else may speak right now'
@@ -66,7 +66,7 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- The gate.
 
-CREATE FUNCTION mycelium.check_thread_write(p_room text, p_episode text, p_handle text)
+CREATE OR REPLACE FUNCTION mycelium.check_thread_write(p_room text, p_episode text, p_handle text)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
   h text;
@@ -108,7 +108,7 @@ COMMENT ON FUNCTION mycelium.check_thread_write IS
 -- each trigger on the table is one more call per insert.) A row with no '@' in its text names
 -- nobody, and one that names nobody and has no recipients wakes nobody, so a notice or a ping
 -- parses nothing.
-CREATE FUNCTION mycelium.messages_admit() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.messages_admit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF coalesce(NEW.episode, '') <> '' AND NEW.episode <> mycelium.live_episode(NEW.room) THEN
     PERFORM mycelium.check_thread_write(NEW.room, NEW.episode, NEW.sender);
@@ -126,13 +126,13 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE TRIGGER messages_admit BEFORE INSERT ON mycelium.messages
+CREATE OR REPLACE TRIGGER messages_admit BEFORE INSERT ON mycelium.messages
   FOR EACH ROW EXECUTE FUNCTION mycelium.messages_admit();
 
 -- ---------------------------------------------------------------------------------------------
 -- Floor rows: normalised on the way in, and every change announced.
 
-CREATE FUNCTION mycelium.floors_before_write() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.floors_before_write() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.episode = mycelium.live_episode(NEW.room) THEN
     PERFORM mycelium.refuse(422, 'live_has_no_floor', 'the room''s own channel never holds a floor',
@@ -152,10 +152,10 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE TRIGGER floors_before_write BEFORE INSERT OR UPDATE ON mycelium.floors
+CREATE OR REPLACE TRIGGER floors_before_write BEFORE INSERT OR UPDATE ON mycelium.floors
   FOR EACH ROW EXECUTE FUNCTION mycelium.floors_before_write();
 
-CREATE FUNCTION mycelium.floors_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.floors_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   f mycelium.floors := CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
   row_key text;
@@ -180,7 +180,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER floors_after_write AFTER INSERT OR UPDATE OR DELETE ON mycelium.floors
+CREATE OR REPLACE TRIGGER floors_after_write AFTER INSERT OR UPDATE OR DELETE ON mycelium.floors
   FOR EACH ROW EXECUTE FUNCTION mycelium.floors_after_write();
 
 -- ---------------------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ CREATE TRIGGER floors_after_write AFTER INSERT OR UPDATE OR DELETE ON mycelium.f
 
 -- Hold (or re-hold) a thread's floor for p_holder, admitting p_speakers too. Re-holding replaces;
 -- holding exactly the same floor again changes nothing and announces nothing.
-CREATE FUNCTION mycelium.hold_floor(
+CREATE OR REPLACE FUNCTION mycelium.hold_floor(
   p_room text, p_episode text, p_holder text, p_speakers text[] DEFAULT '{}', p_by text DEFAULT NULL
 ) RETURNS mycelium.floors LANGUAGE plpgsql AS $$
 DECLARE
@@ -215,7 +215,7 @@ END
 $$;
 
 -- Release a thread's floor: true if one was held (and is now gone), false if there was none.
-CREATE FUNCTION mycelium.release_floor(p_room text, p_episode text, p_by text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION mycelium.release_floor(p_room text, p_episode text, p_by text DEFAULT NULL)
 RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM mycelium.require_room(p_room);
@@ -227,7 +227,7 @@ $$;
 
 -- Freeze a negotiation's roster in a thread: from now on only p_members (and p_by, who runs it)
 -- may write there. Freezing again replaces the roster.
-CREATE FUNCTION mycelium.freeze_roster(p_room text, p_episode text, p_members text[], p_by text)
+CREATE OR REPLACE FUNCTION mycelium.freeze_roster(p_room text, p_episode text, p_members text[], p_by text)
 RETURNS mycelium.rosters LANGUAGE plpgsql AS $$
 DECLARE
   ep text := mycelium.episode_ref(p_room, p_episode);
@@ -251,7 +251,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.thaw_roster(p_room text, p_episode text) RETURNS boolean
+CREATE OR REPLACE FUNCTION mycelium.thaw_roster(p_room text, p_episode text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
   DELETE FROM mycelium.rosters WHERE room = p_room AND episode = mycelium.episode_ref(p_room, p_episode);

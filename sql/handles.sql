@@ -11,7 +11,7 @@
 --   mention:   '@handle' at the start of the text or after whitespace, '(' or '<'; '@~handle' is a
 --              silent mention (named, never woken).
 
-CREATE FUNCTION mycelium.normalize_handle(p_raw text) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.normalize_handle(p_raw text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT translate(
     btrim(split_part(ltrim(btrim(p_raw, E' \t\n\r\f\v'), '@'), '#', 1), E' \t\n\r\f\v'),
@@ -23,7 +23,7 @@ COMMENT ON FUNCTION mycelium.normalize_handle IS
 -- Is p_handle already in its one spelling? (PL/pgSQL for the CHECKs of hot tables: a CHECK is
 -- prepared again for every statement that writes the table, and a SQL function in it would have its
 -- body parsed again each time to be inlined; this body is compiled once per session.)
-CREATE FUNCTION mycelium.handle_is_normalised(p_handle text) RETURNS boolean
+CREATE OR REPLACE FUNCTION mycelium.handle_is_normalised(p_handle text) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
   RETURN p_handle = mycelium.normalize_handle(p_handle);
@@ -32,7 +32,7 @@ $$;
 
 -- The code of what is wrong with a handle (after normalising), or NULL; same order as core/handles.
 -- (PL/pgSQL: every verb checks its handles, and a valid one is answered by a single match.)
-CREATE FUNCTION mycelium.handle_problem(p_raw text) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.handle_problem(p_raw text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE h text := mycelium.normalize_handle(p_raw);
 BEGIN
@@ -48,7 +48,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.handle_problem_sentence(p_code text) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.handle_problem_sentence(p_code text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT CASE p_code
     WHEN 'blank' THEN 'a handle must not be blank'
@@ -60,7 +60,7 @@ $$;
 
 -- p_raw normalised, or a 422 refusal naming what is wrong (p_what says which handle it is).
 -- (A valid handle costs one normalisation and one match; only a bad one is examined further.)
-CREATE FUNCTION mycelium.require_handle(p_raw text, p_what text DEFAULT 'handle') RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.require_handle(p_raw text, p_what text DEFAULT 'handle') RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
   h text := mycelium.normalize_handle(p_raw);
@@ -80,7 +80,7 @@ END
 $$;
 
 -- Every mention in a text, in the order first seen, each (handle, form) once.
-CREATE FUNCTION mycelium.mentions_in(p_text text)
+CREATE OR REPLACE FUNCTION mycelium.mentions_in(p_text text)
 RETURNS TABLE (handle text, silent boolean, first_seen bigint)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT mycelium.normalize_handle(m[2]), m[1] = '~', min(ord)
@@ -93,7 +93,7 @@ $$;
 -- The handles a text wakes (its @handle mentions), first-seen order.
 -- (PL/pgSQL, not SQL: the timeline's generated columns call these two, and a PL/pgSQL function is
 -- compiled once per session where a SQL one would be parsed again for every INSERT statement.)
-CREATE FUNCTION mycelium.loud_mentions(p_text text) RETURNS text[]
+CREATE OR REPLACE FUNCTION mycelium.loud_mentions(p_text text) RETURNS text[]
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
   IF strpos(p_text, '@') = 0 THEN
@@ -105,7 +105,7 @@ END
 $$;
 
 -- The handles a text names silently (its @~handle mentions), first-seen order.
-CREATE FUNCTION mycelium.silent_mentions(p_text text) RETURNS text[]
+CREATE OR REPLACE FUNCTION mycelium.silent_mentions(p_text text) RETURNS text[]
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
   IF strpos(p_text, '@~') = 0 THEN
@@ -117,7 +117,7 @@ END
 $$;
 
 -- The await loop's text test: does p_text wake p_handle with an @handle in it?
-CREATE FUNCTION mycelium.mentions_handle(p_text text, p_handle text) RETURNS boolean
+CREATE OR REPLACE FUNCTION mycelium.mentions_handle(p_text text, p_handle text) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT mycelium.normalize_handle(p_handle) = ANY (mycelium.loud_mentions(p_text))
 $$;

@@ -20,7 +20,7 @@
 -- Derived tables (written only by derive_links; a direct write is refused).
 
 -- The relation keys of frontmatter, in the order their edges are listed.
-CREATE FUNCTION mycelium.link_relations() RETURNS text[]
+CREATE OR REPLACE FUNCTION mycelium.link_relations() RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT ARRAY['supersedes', 'superseded-by', 'depends-on', 'part-of', 'relates-to']
 $$;
@@ -81,7 +81,7 @@ BEGIN
   ORDER BY array_position(ARRAY['pg_c_utf8', 'C.utf8', 'C.UTF-8'], c.collname::text)
   LIMIT 1;
   EXECUTE format($fn$
-    CREATE FUNCTION mycelium.link_slug(p_text text) RETURNS text
+    CREATE OR REPLACE FUNCTION mycelium.link_slug(p_text text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
       SELECT CASE WHEN octet_length(p_text) = length(p_text) THEN
         -- whitespace becomes a space, other punctuation and control characters go, spaces join by "-"
@@ -99,7 +99,7 @@ $slug$;
 
 -- A link target as a memory key: no myc:// scheme, no leading "/" or "./", no trailing ".md" or "/".
 -- (String functions, not regular expressions: this runs for every link of every write.)
-CREATE FUNCTION mycelium.link_key(p_ref text) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.link_key(p_ref text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
   k text := btrim(p_ref);
@@ -126,7 +126,7 @@ $$;
 -- run of N backticks up to the next run of exactly N on the same line. Linear in the text's length:
 -- each line is cut once into its backtick runs, and each run's partner is found by one backward scan.
 -- String functions only: a regular expression per line would cost more than the rest together.
-CREATE FUNCTION mycelium.link_code_mask(p_body text) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.link_code_mask(p_body text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
   blank constant text := chr(1);
@@ -219,7 +219,7 @@ $$;
 -- it is not a link: blank, a directive ("[[word: ...]]" - a word, a colon and a space, as in
 -- "[[mycelium: stance=accept]]"), or nothing left after normalising. "key#anchor|label".
 -- myc://rooms/<room>/<key> names another room (cross_room); naming this room is a plain edge.
-CREATE FUNCTION mycelium.link_ref(
+CREATE OR REPLACE FUNCTION mycelium.link_ref(
   p_room text, p_ref text,
   OUT target text, OUT anchor text, OUT label text, OUT cross_room text
 ) LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
@@ -265,7 +265,7 @@ $$;
 --   ![[...]] or [[...]]            (no brackets, newline or code inside)
 --   [label](myc://...)
 --   myc://...                      (a bare URI: runs to whitespace or a bracket or quote)
-CREATE FUNCTION mycelium.link_pattern() RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.link_pattern() RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $re$
   SELECT '!?\[\[[^][\n\u0001]*\]\]'
       || '|\[[^][\n\u0001]*\]\(myc://[^()[:space:]\u0001]*\)'
@@ -276,7 +276,7 @@ $re$;
 -- in text order, then frontmatter relations. One regex pass finds the matches; splitting on the same
 -- pattern gives the text between them, and the running length of both is where each match starts.
 -- A match holds no blanked character, so it is also the original text at that place.
-CREATE FUNCTION mycelium.parse_masked_links(p_room text, p_masked text, p_meta jsonb)
+CREATE OR REPLACE FUNCTION mycelium.parse_masked_links(p_room text, p_masked text, p_meta jsonb)
 RETURNS TABLE (ord integer, target text, kind text, anchor text, label text, relation text,
                raw text, cross_room text, pos integer)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -327,7 +327,7 @@ $$;
 
 -- Every link a memory makes, in text order: body links first (pos = where raw starts in the body),
 -- then frontmatter relations. Code (fenced or inline) is never parsed.
-CREATE FUNCTION mycelium.parse_links(p_room text, p_body text, p_meta jsonb DEFAULT '{}')
+CREATE OR REPLACE FUNCTION mycelium.parse_links(p_room text, p_body text, p_meta jsonb DEFAULT '{}')
 RETURNS TABLE (ord integer, target text, kind text, anchor text, label text, relation text,
                raw text, cross_room text, pos integer)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -338,7 +338,7 @@ $$;
 -- (the heading's own text, closing #s dropped). A repeated slug gets "-1", "-2", ... as on GitHub;
 -- an empty heading has slug '' (it has no anchor, but it still ends a section). Slugs are unique: a
 -- heading whose slug an earlier one already took (literally "Foo 1" and a second "Foo") has none.
-CREATE FUNCTION mycelium.masked_outline(p_body text, p_masked text)
+CREATE OR REPLACE FUNCTION mycelium.masked_outline(p_body text, p_masked text)
 RETURNS TABLE (line integer, level integer, slug text)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   WITH candidates AS (  -- lines starting with "#" after at most 3 spaces (string functions only)
@@ -368,7 +368,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   ORDER BY line
 $$;
 
-CREATE FUNCTION mycelium.memory_outline(p_body text)
+CREATE OR REPLACE FUNCTION mycelium.memory_outline(p_body text)
 RETURNS TABLE (line integer, level integer, slug text)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT * FROM mycelium.masked_outline(p_body, mycelium.link_code_mask(p_body))
@@ -376,7 +376,7 @@ $$;
 
 -- The text under a heading: from the line after it up to the next heading of the same or a higher
 -- level, trimmed. NULL anchor: the whole text, trimmed. NULL when there is no such anchor.
-CREATE FUNCTION mycelium.memory_section(p_body text, p_anchor text) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.memory_section(p_body text, p_anchor text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
   start integer;
@@ -400,7 +400,7 @@ END
 $$;
 
 -- Transclusion is opt-in on the target: frontmatter expandable: true (the boolean, nothing else).
-CREATE FUNCTION mycelium.is_expandable(p_meta jsonb) RETURNS boolean
+CREATE OR REPLACE FUNCTION mycelium.is_expandable(p_meta jsonb) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT coalesce(p_meta -> 'expandable' = 'true'::jsonb, false)
 $$;
@@ -410,7 +410,7 @@ $$;
 
 -- Replace one memory's links and anchors with what its current text says. It reads the text itself,
 -- so no caller (the hub's role may execute it) can make the index say anything else.
-CREATE FUNCTION mycelium.derive_links(p_room text, p_key text) RETURNS void
+CREATE OR REPLACE FUNCTION mycelium.derive_links(p_room text, p_key text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
   m record;
@@ -435,7 +435,7 @@ END
 $$;
 
 -- Whether a text may hold a link or a heading at all: most writes are prose, and skip the parser.
-CREATE FUNCTION mycelium.may_link(p_body text, p_meta jsonb) RETURNS boolean
+CREATE OR REPLACE FUNCTION mycelium.may_link(p_body text, p_meta jsonb) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT strpos(p_body, '[[') > 0 OR strpos(p_body, 'myc://') > 0 OR strpos(p_body, '#') > 0
       OR coalesce(p_meta ?| mycelium.link_relations(), false)
@@ -443,7 +443,7 @@ $$;
 
 -- Re-derive when what links are made of changed: the body, or a relation key of the frontmatter
 -- (a status field written on a board row changes neither).
-CREATE FUNCTION mycelium.memories_derive_links() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.memories_derive_links() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF TG_OP = 'UPDATE' THEN
     IF NEW.body IS NOT DISTINCT FROM OLD.body
@@ -460,16 +460,16 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER memories_derive_links_on_insert AFTER INSERT ON mycelium.memories
+CREATE OR REPLACE TRIGGER memories_derive_links_on_insert AFTER INSERT ON mycelium.memories
   FOR EACH ROW EXECUTE FUNCTION mycelium.memories_derive_links();
-CREATE TRIGGER memories_derive_links_on_update AFTER UPDATE ON mycelium.memories
+CREATE OR REPLACE TRIGGER memories_derive_links_on_update AFTER UPDATE ON mycelium.memories
   FOR EACH ROW WHEN (OLD.value IS DISTINCT FROM NEW.value OR OLD.meta IS DISTINCT FROM NEW.meta)
   EXECUTE FUNCTION mycelium.memories_derive_links();
 
 -- The link tables say only what the memories say: rows arrive and leave through derive_links, or
 -- leave with their memory (the foreign key's cascade, which runs inside the delete's own trigger).
 -- Checked once per statement, so a write with many links pays for it once.
-CREATE FUNCTION mycelium.refuse_link_write() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.refuse_link_write() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF current_setting('mycelium.deriving_links', true) = 'on'
      OR (TG_OP = 'DELETE' AND pg_trigger_depth() > 1) THEN
@@ -481,13 +481,13 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER memory_links_derived BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON mycelium.memory_links
+CREATE OR REPLACE TRIGGER memory_links_derived BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON mycelium.memory_links
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.refuse_link_write();
-CREATE TRIGGER memory_anchors_derived BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON mycelium.memory_anchors
+CREATE OR REPLACE TRIGGER memory_anchors_derived BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON mycelium.memory_anchors
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.refuse_link_write();
 
 -- Re-derive every memory's links (one room, or all): run it after a change to the parser.
-CREATE FUNCTION mycelium.rebuild_links(p_room text DEFAULT NULL) RETURNS integer
+CREATE OR REPLACE FUNCTION mycelium.rebuild_links(p_room text DEFAULT NULL) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
   m record;
@@ -504,7 +504,7 @@ $$;
 -- The auditor's check that the index says what the memories say: every memory (of one room, or
 -- all) whose stored links or anchors differ from a fresh parse of its text. Always empty, unless
 -- someone went around the triggers.
-CREATE FUNCTION mycelium.link_drift(p_room text DEFAULT NULL) RETURNS TABLE (room text, key text)
+CREATE OR REPLACE FUNCTION mycelium.link_drift(p_room text DEFAULT NULL) RETURNS TABLE (room text, key text)
 LANGUAGE sql STABLE AS $$
   SELECT m.room, m.key
   FROM mycelium.memories m
@@ -525,7 +525,7 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- Reading: links resolved against the room as it is now.
 
-CREATE VIEW mycelium.link_edges AS
+CREATE OR REPLACE VIEW mycelium.link_edges AS
 SELECT l.room, l.source_key, l.ord, l.target, l.kind, l.anchor, l.label, l.relation, l.raw,
        l.cross_room, l.pos, e.error, e.error IS NULL AS resolved
 FROM mycelium.memory_links l
@@ -543,7 +543,7 @@ CROSS JOIN LATERAL (
 COMMENT ON VIEW mycelium.link_edges IS
   'memory_links resolved now: error is cross_room, not_found, no_anchor, not_expandable or NULL (resolved).';
 
-CREATE FUNCTION mycelium.link_json(e mycelium.link_edges, p_with_source boolean DEFAULT true) RETURNS jsonb
+CREATE OR REPLACE FUNCTION mycelium.link_json(e mycelium.link_edges, p_with_source boolean DEFAULT true) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
   SELECT jsonb_build_object('target', e.target, 'kind', e.kind, 'anchor', e.anchor, 'label', e.label,
                             'relation', e.relation, 'raw', e.raw, 'cross_room', e.cross_room,
@@ -553,7 +553,7 @@ $$;
 
 -- One memory's links both ways: what it points at (in text order) and what points at it from
 -- other memories of the room (cross-room links never do).
-CREATE FUNCTION mycelium.memory_links_of(p_room text, p_key text) RETURNS jsonb
+CREATE OR REPLACE FUNCTION mycelium.memory_links_of(p_room text, p_key text) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
   PERFORM mycelium.require_room(p_room);
@@ -571,7 +571,7 @@ $$;
 
 -- The room's link graph: a node per memory (outbound = its links that stay in the room, inbound =
 -- resolved links pointing at it), an edge per link. json, not jsonb: built once and sent as it is.
-CREATE FUNCTION mycelium.link_graph(p_room text) RETURNS json
+CREATE OR REPLACE FUNCTION mycelium.link_graph(p_room text) RETURNS json
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
   PERFORM mycelium.require_room(p_room);
@@ -601,7 +601,7 @@ $$;
 
 -- Broken links, and the memories no resolved link reaches: orphans (nothing in, nothing out),
 -- roots (nothing in, links out) and leaves (links in, nothing out).
-CREATE FUNCTION mycelium.link_integrity(p_room text) RETURNS json
+CREATE OR REPLACE FUNCTION mycelium.link_integrity(p_room text) RETURNS json
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
   PERFORM mycelium.require_room(p_room);
@@ -635,7 +635,7 @@ $$;
 -- A marker that cannot be expanded stays exactly as written and is reported with its error. The
 -- text is cut once at every ![[...]]; the ones the index holds (by position) are the transclusions,
 -- the others (in code, degenerate, directives) stay as they are.
-CREATE FUNCTION mycelium.expand_memory(p_room text, p_key text) RETURNS jsonb
+CREATE OR REPLACE FUNCTION mycelium.expand_memory(p_room text, p_key text) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
   marker constant text := '!\[\[[^][\n\u0001]*\]\]';

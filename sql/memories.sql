@@ -20,7 +20,7 @@
 -- Returns p_passthrough unchanged, so a call can wrap a verb's first argument: arguments are
 -- evaluated before the verb runs, so the setting is in place before any trigger fires.
 -- (set_config assigned, not PERFORMed: an assignment is a simple expression, a PERFORM a query.)
-CREATE FUNCTION mycelium.defer_wakes(p_passthrough text) RETURNS text LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.defer_wakes(p_passthrough text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE done text;
 BEGIN
   done := set_config('mycelium.defer_wake', 'on', true);
@@ -30,7 +30,7 @@ END
 $$;
 
 -- NOTIFY p_channel, or keep the hint for the caller when it asked to send its own.
-CREATE FUNCTION mycelium.wake_hint(p_channel text, p_payload text) RETURNS text LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.wake_hint(p_channel text, p_payload text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE kept text;
 BEGIN
   IF current_setting('mycelium.defer_wake', true) = 'on' THEN
@@ -44,7 +44,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.memory_key_problem(p_key text) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.memory_key_problem(p_key text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
   SELECT CASE
     WHEN p_key IS NULL OR btrim(p_key) = '' THEN 'a memory key must not be blank'
@@ -56,10 +56,10 @@ LANGUAGE sql IMMUTABLE AS $$
   END
 $$;
 
-CREATE FUNCTION mycelium.episode_urn(p_room text, p_short text) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.episode_urn(p_room text, p_short text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT 'urn:ioc:mycelium:episode:' || p_room || ':' || p_short $$;
 
-CREATE FUNCTION mycelium.episode_short_id(p_episode text) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.episode_short_id(p_episode text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT regexp_replace(p_episode, '^.*:', '') $$;
 
 CREATE TABLE mycelium.memories (
@@ -133,14 +133,14 @@ CREATE TABLE mycelium.followers (
 
 -- Who is writing: the verbs set it for their transaction; a direct SQL write falls back to the
 -- database user, so history always names somebody.
-CREATE FUNCTION mycelium.actor() RETURNS text LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.actor() RETURNS text LANGUAGE sql STABLE AS $$
   SELECT coalesce(nullif(current_setting('mycelium.actor', true), ''), session_user::text)
 $$;
 
 -- ---------------------------------------------------------------------------------------------
 -- Triggers: binding, versioning, history, outbox.
 
-CREATE FUNCTION mycelium.memories_before_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.memories_before_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE candidate text;
 BEGIN
   LOOP
@@ -155,10 +155,10 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE TRIGGER memories_before_insert BEFORE INSERT ON mycelium.memories
+CREATE OR REPLACE TRIGGER memories_before_insert BEFORE INSERT ON mycelium.memories
   FOR EACH ROW EXECUTE FUNCTION mycelium.memories_before_insert();
 
-CREATE FUNCTION mycelium.memories_before_update() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.memories_before_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.episode IS DISTINCT FROM OLD.episode OR NEW.room IS DISTINCT FROM OLD.room
      OR NEW.key IS DISTINCT FROM OLD.key THEN
@@ -181,10 +181,10 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE TRIGGER memories_before_update BEFORE UPDATE ON mycelium.memories
+CREATE OR REPLACE TRIGGER memories_before_update BEFORE UPDATE ON mycelium.memories
   FOR EACH ROW EXECUTE FUNCTION mycelium.memories_before_update();
 
-CREATE FUNCTION mycelium.memories_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.memories_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF TG_OP = 'UPDATE' AND NEW.version = OLD.version THEN
     RETURN NULL;
@@ -198,10 +198,10 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER memories_after_write AFTER INSERT OR UPDATE ON mycelium.memories
+CREATE OR REPLACE TRIGGER memories_after_write AFTER INSERT OR UPDATE ON mycelium.memories
   FOR EACH ROW EXECUTE FUNCTION mycelium.memories_after_write();
 
-CREATE FUNCTION mycelium.memories_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.memories_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM mycelium.rooms WHERE name = OLD.room) THEN
     RETURN NULL;  -- the room is going: rooms_after_delete records that once
@@ -213,22 +213,22 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER memories_after_delete AFTER DELETE ON mycelium.memories
+CREATE OR REPLACE TRIGGER memories_after_delete AFTER DELETE ON mycelium.memories
   FOR EACH ROW EXECUTE FUNCTION mycelium.memories_after_delete();
 
-CREATE FUNCTION mycelium.rooms_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.rooms_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   INSERT INTO mycelium.changes (room, key, op) VALUES (OLD.name, NULL, 'room_delete');
   PERFORM mycelium.wake_hint('mycelium_changes', OLD.name);
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER rooms_after_delete AFTER DELETE ON mycelium.rooms
+CREATE OR REPLACE TRIGGER rooms_after_delete AFTER DELETE ON mycelium.rooms
   FOR EACH ROW EXECUTE FUNCTION mycelium.rooms_after_delete();
 
 -- Append-only: history rows are never edited, and leave only with their room (the FK cascade runs
 -- after the room row is gone, which is the one case this trigger lets through).
-CREATE FUNCTION mycelium.refuse_history_change() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.refuse_history_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF TG_OP = 'DELETE' AND NOT EXISTS (SELECT 1 FROM mycelium.rooms WHERE name = OLD.room) THEN
     RETURN OLD;
@@ -237,28 +237,28 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER memory_versions_append_only BEFORE UPDATE OR DELETE ON mycelium.memory_versions
+CREATE OR REPLACE TRIGGER memory_versions_append_only BEFORE UPDATE OR DELETE ON mycelium.memory_versions
   FOR EACH ROW EXECUTE FUNCTION mycelium.refuse_history_change();
 
-CREATE FUNCTION mycelium.refuse_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.refuse_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM mycelium.refuse(409, 'append_only', format('%s is append-only: TRUNCATE refused', TG_TABLE_NAME));
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER memory_versions_no_truncate BEFORE TRUNCATE ON mycelium.memory_versions
+CREATE OR REPLACE TRIGGER memory_versions_no_truncate BEFORE TRUNCATE ON mycelium.memory_versions
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.refuse_truncate();
 
 -- ---------------------------------------------------------------------------------------------
 -- Verbs.
 
 -- Keys the store owns: sent in meta, they are ignored.
-CREATE FUNCTION mycelium.managed_memory_keys() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.managed_memory_keys() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
   SELECT ARRAY['key', 'created_by', 'updated_by', 'version', 'tags', 'created_at', 'updated_at',
                'value', 'episode']
 $$;
 
-CREATE FUNCTION mycelium.stale_base_detail(m mycelium.memories) RETURNS jsonb LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.stale_base_detail(m mycelium.memories) RETURNS jsonb LANGUAGE sql STABLE AS $$
   SELECT jsonb_build_object('key', m.key, 'current_version', m.version, 'current_content', m.value,
                             'updated_by', m.updated_by, 'updated_at', m.updated_at)
 $$;
@@ -269,7 +269,7 @@ $$;
 -- moved on, nothing is written and the refusal carries the current content (409 stale_base).
 -- p_embedding: the vector of coalesce(p_content_text, text) when the caller has one; without it the
 -- old vector is kept if the text is unchanged (or p_embed is false), else cleared for the embedder.
-CREATE FUNCTION mycelium.write_memory(
+CREATE OR REPLACE FUNCTION mycelium.write_memory(
   p_room text, p_key text, p_value jsonb, p_by text,
   p_tags text[] DEFAULT NULL, p_meta jsonb DEFAULT NULL, p_content_text text DEFAULT NULL,
   p_base_version integer DEFAULT NULL, p_embedding vector DEFAULT NULL, p_embed boolean DEFAULT true
@@ -346,7 +346,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.delete_memory(p_room text, p_key text, p_by text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION mycelium.delete_memory(p_room text, p_key text, p_by text DEFAULT NULL)
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
 DECLARE r mycelium.memories;
 BEGIN
@@ -363,7 +363,7 @@ $$;
 
 -- The embedder catching up: store a vector for the version it was computed from (no-op if the
 -- memory has moved on since). Not a content write: no version bump, no history row.
-CREATE FUNCTION mycelium.set_embedding(p_room text, p_key text, p_version integer, p_embedding vector)
+CREATE OR REPLACE FUNCTION mycelium.set_embedding(p_room text, p_key text, p_version integer, p_embedding vector)
 RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
   UPDATE mycelium.memories
@@ -376,7 +376,7 @@ $$;
 -- Hybrid search: vector neighbours and full-text matches (all terms) fused by reciprocal rank; similarity is
 -- the cosine similarity to the query (NULL for a memory without a vector). With a room filter the
 -- HNSW index is scanned iteratively so the filter never under-fills the result.
-CREATE FUNCTION mycelium.search_memories(
+CREATE OR REPLACE FUNCTION mycelium.search_memories(
   p_room text, p_query_embedding vector, p_query text, p_limit integer DEFAULT 10,
   p_tags text[] DEFAULT NULL, p_min_similarity double precision DEFAULT 0
 ) RETURNS TABLE (key text, similarity double precision, score double precision)
@@ -426,7 +426,7 @@ $$;
 -- Followers of the change outbox (the markdown mirror): a stored position per follower, and
 -- pruning of what every follower has passed.
 
-CREATE FUNCTION mycelium.register_follower(p_name text) RETURNS mycelium.followers
+CREATE OR REPLACE FUNCTION mycelium.register_follower(p_name text) RETURNS mycelium.followers
 LANGUAGE plpgsql AS $$
 DECLARE r mycelium.followers;
 BEGIN
@@ -436,7 +436,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.advance_follower(p_name text, p_tx xid8, p_seq bigint) RETURNS void
+CREATE OR REPLACE FUNCTION mycelium.advance_follower(p_name text, p_tx xid8, p_seq bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE oldest record;
 BEGIN

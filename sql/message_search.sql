@@ -8,14 +8,14 @@
 
 -- What a message is, for `type:`: a chat message's own type (announce, direct, broadcast, delegate,
 -- event), else its payload type (reply, message, tick, ping, notice, ...).
-CREATE FUNCTION mycelium.message_type_of(p_payload_type text, p_payload jsonb) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.message_type_of(p_payload_type text, p_payload jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT coalesce(p_payload ->> 'message_type', p_payload_type)
 $$;
 
 -- accept / reject as a message states it: the payload's lifted action first, then the last
 -- stance=/action= inside a [[mycelium: …]] marker in the prose (mirrors core/markers.stance_of).
-CREATE FUNCTION mycelium.stance_of(p_payload jsonb, p_text text) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.stance_of(p_payload jsonb, p_text text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT CASE WHEN p_payload ->> 'action' IN ('accept', 'reject') THEN p_payload ->> 'action'
               WHEN strpos(p_text, '[[') = 0 THEN NULL ELSE (
@@ -34,7 +34,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- The `has:` values a message carries: mention, link, memory, code, scores.
-CREATE FUNCTION mycelium.message_has(p_text text, p_payload jsonb, p_mentions text[]) RETURNS text[]
+CREATE OR REPLACE FUNCTION mycelium.message_has(p_text text, p_payload jsonb, p_mentions text[]) RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT array_remove(ARRAY[
     CASE WHEN cardinality(p_mentions) > 0 THEN 'mention' END,
@@ -52,7 +52,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- Does a thread reference (a URN, its tail, or the prefix of a short id) name p_episode?
-CREATE FUNCTION mycelium.thread_matches(p_episode text, p_ref text) RETURNS boolean
+CREATE OR REPLACE FUNCTION mycelium.thread_matches(p_episode text, p_ref text) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT p_ref <> '' AND (lower(p_episode) = p_ref
                           OR right(lower(p_episode), length(p_ref) + 1) = ':' || p_ref
@@ -90,20 +90,20 @@ CREATE INDEX message_search_text ON mycelium.message_search USING gin (lowered g
 -- (no index by thread: a thread filter is thread_matches(), which no btree serves; a room's documents
 -- are found by the primary key)
 
-CREATE FUNCTION mycelium.message_search_forget() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.message_search_forget() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   DELETE FROM mycelium.message_search d USING gone WHERE d.room = gone.name;
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER message_search_forget AFTER DELETE ON mycelium.rooms
+CREATE OR REPLACE TRIGGER message_search_forget AFTER DELETE ON mycelium.rooms
   REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION mycelium.message_search_forget();
 
 -- The document of message m whose current text is p_text (edited at p_edited, if it was);
 -- p_mentions: every handle the text names, loud or silent, first seen first. One SELECT in SQL, so
 -- both of its users inline it: index_message, which stores it, and message_documents, which derives
 -- a notice's at query time; the expressions exist once.
-CREATE FUNCTION mycelium.message_document(m mycelium.messages, p_text text, p_edited timestamptz,
+CREATE OR REPLACE FUNCTION mycelium.message_document(m mycelium.messages, p_text text, p_edited timestamptz,
                                           p_mentions text[]) RETURNS SETOF mycelium.message_search
 LANGUAGE sql STABLE AS $$
   SELECT m.room, m.position, m.id, m.episode, m.created_at, p_edited, p_text, lower(p_text),
@@ -137,7 +137,7 @@ $$;
 -- the text-derived fields of its original's document, written when the original landed. Returns the
 -- document's position, so the trigger calls it by assignment (a simple expression) rather than by
 -- PERFORM (a query started per message).
-CREATE FUNCTION mycelium.index_message(m mycelium.messages, p_text text, p_edited timestamptz,
+CREATE OR REPLACE FUNCTION mycelium.index_message(m mycelium.messages, p_text text, p_edited timestamptz,
                                        p_mentions text[]) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN
   IF p_edited IS NOT NULL THEN
@@ -157,7 +157,7 @@ $$;
 
 -- A message whose document is not stored but derived (message_documents): a notice not amending
 -- anything whose payload names no message_type (its type_value is then 'notice'). SQL, so inlined.
-CREATE FUNCTION mycelium.stored_without_document(p_payload_type text, p_payload jsonb, p_subkind text,
+CREATE OR REPLACE FUNCTION mycelium.stored_without_document(p_payload_type text, p_payload jsonb, p_subkind text,
                                                  p_parents uuid[]) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT p_payload_type = 'notice' AND NOT p_payload ? 'message_type'
@@ -165,7 +165,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- Every handle a text names, loud or silent, each once, first seen first.
-CREATE FUNCTION mycelium.named_handles(p_text text) RETURNS text[]
+CREATE OR REPLACE FUNCTION mycelium.named_handles(p_text text) RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT coalesce(array_agg(handle ORDER BY first_seen), '{}')
   FROM (SELECT handle, min(first_seen) AS first_seen FROM mycelium.mentions_in(p_text) GROUP BY handle) x
@@ -178,7 +178,7 @@ $$;
 -- it is amended or its payload names a message_type (index_message writes one then, and that one
 -- is read instead). Both kinds are message_document's; the search reads this view only when its
 -- scope includes notices.
-CREATE VIEW mycelium.message_documents AS
+CREATE OR REPLACE VIEW mycelium.message_documents AS
 SELECT * FROM mycelium.message_search
 UNION ALL
 SELECT d.*

@@ -26,7 +26,7 @@ CREATE TABLE mycelium.message_positions (
   last bigint NOT NULL DEFAULT 0
 );
 
-CREATE FUNCTION mycelium.live_episode(p_room text) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.live_episode(p_room text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT mycelium.episode_urn(p_room, 'live') $$;
 
 -- The envelope's closed sets (contracts/message-envelope.json), checked on every insert by the
@@ -34,14 +34,14 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT mycelium.episode_urn(p_room, 'live') $$;
 -- deserialised and planned again for every INSERT statement (six of them cost a seventh of
 -- appending one message), a PL/pgSQL body is compiled once per session. The table is append-only
 -- (no UPDATE), so the insert is the only moment a row's values can be set.
-CREATE FUNCTION mycelium.message_kind_valid(p_kind text) RETURNS boolean
+CREATE OR REPLACE FUNCTION mycelium.message_kind_valid(p_kind text) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
   RETURN p_kind IN ('intent', 'contingency', 'exchange', 'commit', 'knowledge');
 END
 $$;
 
-CREATE FUNCTION mycelium.payload_type_valid(p_payload_type text) RETURNS boolean
+CREATE OR REPLACE FUNCTION mycelium.payload_type_valid(p_payload_type text) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
   RETURN p_payload_type IN ('reply', 'message', 'tick', 'utterance', 'consensus', 'distillation', 'ping',
@@ -49,7 +49,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.sender_role_valid(p_role text) RETURNS boolean
+CREATE OR REPLACE FUNCTION mycelium.sender_role_valid(p_role text) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
   RETURN p_role IN ('agent', 'human', 'coordinator');
@@ -57,7 +57,7 @@ END
 $$;
 
 -- The subkinds each kind takes.
-CREATE FUNCTION mycelium.message_subkind_valid(p_kind text, p_subkind text) RETURNS boolean
+CREATE OR REPLACE FUNCTION mycelium.message_subkind_valid(p_kind text, p_subkind text) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
   RETURN p_subkind IS NULL OR p_subkind = '' OR (p_kind, p_subkind) IN (
@@ -92,7 +92,7 @@ CREATE INDEX messages_by_thread ON mycelium.messages (room, episode, position);
 
 -- Refused like a CHECK constraint would be (SQLSTATE 23514 naming the rule), before a position is
 -- taken. A NULL passes here as it would pass a CHECK; NOT NULL refuses it after the trigger.
-CREATE FUNCTION mycelium.messages_before_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.messages_before_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE broken text;
 BEGIN
   broken := CASE
@@ -116,30 +116,30 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE TRIGGER messages_before_insert BEFORE INSERT ON mycelium.messages
+CREATE OR REPLACE TRIGGER messages_before_insert BEFORE INSERT ON mycelium.messages
   FOR EACH ROW EXECUTE FUNCTION mycelium.messages_before_insert();
 
 -- The wake hint of every insert. Called by assignment (a simple expression), not by PERFORM, which
 -- would start a query per row.
-CREATE FUNCTION mycelium.messages_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.messages_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE hinted text;
 BEGIN
   hinted := mycelium.wake_hint('mycelium_messages', NEW.room || ' ' || NEW.position);
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER messages_after_insert AFTER INSERT ON mycelium.messages
+CREATE OR REPLACE TRIGGER messages_after_insert AFTER INSERT ON mycelium.messages
   FOR EACH ROW EXECUTE FUNCTION mycelium.messages_after_insert();
 
-CREATE TRIGGER messages_append_only BEFORE UPDATE OR DELETE ON mycelium.messages
+CREATE OR REPLACE TRIGGER messages_append_only BEFORE UPDATE OR DELETE ON mycelium.messages
   FOR EACH ROW EXECUTE FUNCTION mycelium.refuse_history_change();
-CREATE TRIGGER messages_no_truncate BEFORE TRUNCATE ON mycelium.messages
+CREATE OR REPLACE TRIGGER messages_no_truncate BEFORE TRUNCATE ON mycelium.messages
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.refuse_truncate();
 
 -- Post a notice into the room's timeline (the board moved). Called by the verbs in the same
 -- transaction as the change, so a notice exists iff its change committed. Notices wake nobody.
 -- p_data carries the subkind's own fields (kind, assignee, by, title, episode, speakers, …).
-CREATE FUNCTION mycelium.post_notice(p_room text, p_subkind text, p_key text, p_data jsonb DEFAULT '{}')
+CREATE OR REPLACE FUNCTION mycelium.post_notice(p_room text, p_subkind text, p_key text, p_data jsonb DEFAULT '{}')
 RETURNS mycelium.messages LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE r mycelium.messages;

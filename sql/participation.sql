@@ -52,7 +52,7 @@ CREATE TABLE mycelium.presence (
 );
 
 -- A cursor only moves forward: moving it back would deliver a message twice.
-CREATE FUNCTION mycelium.delivery_cursors_forward() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.delivery_cursors_forward() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.position < OLD.position OR (NEW.room, NEW.handle) IS DISTINCT FROM (OLD.room, OLD.handle) THEN
     PERFORM mycelium.refuse(409, 'cursor_backwards',
@@ -63,11 +63,11 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE TRIGGER delivery_cursors_forward BEFORE UPDATE ON mycelium.delivery_cursors
+CREATE OR REPLACE TRIGGER delivery_cursors_forward BEFORE UPDATE ON mycelium.delivery_cursors
   FOR EACH ROW EXECUTE FUNCTION mycelium.delivery_cursors_forward();
 
 -- Where a handle's inbox starts when it is first seen (one snapshot, so nothing slips between).
-CREATE FUNCTION mycelium.inbox_anchor(p_room text, p_handle text) RETURNS bigint
+CREATE OR REPLACE FUNCTION mycelium.inbox_anchor(p_room text, p_handle text) RETURNS bigint
 LANGUAGE sql STABLE AS $$
   SELECT coalesce(
     (SELECT min(position) - 1 FROM mycelium.messages
@@ -78,7 +78,7 @@ $$;
 
 -- Refresh p_handle's presence in p_room for presence.ttl_seconds, or p_hold_seconds if longer. A
 -- lease that already runs that long (within 10 s) is left alone: a poll loop costs no write.
-CREATE FUNCTION mycelium.touch_presence(p_room text, p_handle text, p_hold_seconds double precision DEFAULT 0)
+CREATE OR REPLACE FUNCTION mycelium.touch_presence(p_room text, p_handle text, p_hold_seconds double precision DEFAULT 0)
 RETURNS mycelium.presence LANGUAGE plpgsql AS $$
 DECLARE
   h text := mycelium.require_handle(p_handle);
@@ -109,7 +109,7 @@ $$;
 -- Take the next message addressed to p_handle: in the whole room, or only in thread p_episode.
 -- Returns the message (amendments folded) or no row; either way the cursor has moved past
 -- everything that was not for the handle. Refreshes the handle's presence.
-CREATE FUNCTION mycelium.take_next(
+CREATE OR REPLACE FUNCTION mycelium.take_next(
   p_room text, p_handle text, p_episode text DEFAULT NULL, p_hold_seconds double precision DEFAULT 0
 ) RETURNS SETOF mycelium.timeline LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
@@ -241,7 +241,7 @@ COMMENT ON FUNCTION mycelium.take_next IS
 -- what its markers stated (lifted by the caller), else {"action": "reply"}. It lands in p_episode
 -- (NULL: the room), never implicitly in the thread that woke the replier; when it does land where
 -- the waking message was, it answers that message (parent) and its sender (recipient).
-CREATE FUNCTION mycelium.reply(
+CREATE OR REPLACE FUNCTION mycelium.reply(
   p_room text, p_handle text, p_text text, p_data jsonb DEFAULT NULL, p_episode text DEFAULT NULL
 ) RETURNS mycelium.messages LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
@@ -275,7 +275,7 @@ END
 $$;
 
 -- Who is in a room now: every handle whose presence lease runs.
-CREATE FUNCTION mycelium.room_members(p_room text)
+CREATE OR REPLACE FUNCTION mycelium.room_members(p_room text)
 RETURNS TABLE (handle text, kind text, seen_at timestamptz, expires_at timestamptz)
 LANGUAGE sql STABLE AS $$
   SELECT p.handle, 'lease', p.seen_at, p.expires_at FROM mycelium.presence p

@@ -32,7 +32,7 @@ CREATE DOMAIN mycelium.receipt_lane AS smallint CHECK (VALUE >= 0);
 -- The lane of a request id: RECEIPT_LANES = 32 (a power of two: the hash's low five bits). Raising it
 -- later is safe: receipts already written keep their stored lane, and a release finds the lane of the
 -- transition's earlier receipt (transitions_receipt).
-CREATE FUNCTION mycelium.receipt_lane_of(p_request_id text) RETURNS smallint LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.receipt_lane_of(p_request_id text) RETURNS smallint LANGUAGE sql IMMUTABLE AS $$
   SELECT (hashtextextended(p_request_id, 0) & 31)::smallint
 $$;
 
@@ -109,7 +109,7 @@ CREATE TABLE mycelium.receipts_signed_through (
 -- ---------------------------------------------------------------------------------------------
 -- The canonical rendering (the offline verifier renders the same bytes).
 
-CREATE FUNCTION mycelium.receipt_ts(p timestamptz) RETURNS text LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.receipt_ts(p timestamptz) RETURNS text LANGUAGE sql STABLE AS $$
   SELECT to_char(p AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 $$;
 
@@ -120,13 +120,13 @@ $$;
 -- The part after seq is one format() call: its cost is paid again in every transaction (an
 -- expression is compiled per transaction), and one variadic call over the fields is a third of the
 -- nodes that a chain of || and text casts is; the bytes are the same.
-CREATE FUNCTION mycelium.receipt_preimage_before_seq(r mycelium.receipts) RETURNS text LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.receipt_preimage_before_seq(r mycelium.receipts) RETURNS text LANGUAGE sql STABLE AS $$
   SELECT E'mycelium.receipt/v2\nreceipt_id:' || length(r.receipt_id) || ':' || r.receipt_id
     || E'\nagent_id:' || length(r.agent_id) || ':' || r.agent_id
     || E'\nlane:' || length(r.lane::text) || ':' || r.lane::text || E'\n'
 $$;
 
-CREATE FUNCTION mycelium.receipt_preimage_after_seq(r mycelium.receipts) RETURNS text LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.receipt_preimage_after_seq(r mycelium.receipts) RETURNS text LANGUAGE sql STABLE AS $$
   SELECT format(E'kind:%s:%s\naction:%s:%s\nrequest_id:%s:%s\ntransition_key:%s:%s\nside_effect_class:%s:%s\n'
                  'policy_version:%s:%s\ninputs_hash%s\noutputs_hash%s\noutcome:%s:%s\nboundary:%s:%s\nfence:%s:%s\n'
                  'external_operation_ref%s\nerror%s\nverified%s\nresolved_by%s\nresolution_reason%s\n'
@@ -150,23 +150,23 @@ CREATE FUNCTION mycelium.receipt_preimage_after_seq(r mycelium.receipts) RETURNS
     to_char(r.recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
 $$;
 
-CREATE FUNCTION mycelium.receipt_seq_field(p_seq bigint) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.receipt_seq_field(p_seq bigint) RETURNS text LANGUAGE sql IMMUTABLE AS $$
   SELECT 'seq:' || length(p_seq::text) || ':' || p_seq::text || E'\n'
 $$;
 
-CREATE FUNCTION mycelium.receipt_preimage(r mycelium.receipts) RETURNS text LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.receipt_preimage(r mycelium.receipts) RETURNS text LANGUAGE sql STABLE AS $$
   SELECT mycelium.receipt_preimage_before_seq(r) || mycelium.receipt_seq_field(r.seq)
          || mycelium.receipt_preimage_after_seq(r)
 $$;
 
-CREATE FUNCTION mycelium.receipt_hash(p_prev bytea, r mycelium.receipts) RETURNS bytea LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.receipt_hash(p_prev bytea, r mycelium.receipts) RETURNS bytea LANGUAGE sql STABLE AS $$
   SELECT sha256(convert_to(coalesce(encode(p_prev, 'hex'), '') || E'\n' || mycelium.receipt_preimage(r), 'UTF8'))
 $$;
 
 -- ---------------------------------------------------------------------------------------------
 -- Appending: the chain is computed here, whoever inserts.
 
-CREATE FUNCTION mycelium.receipts_before_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.receipts_before_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   before_seq text;
   after_seq text;
@@ -199,22 +199,22 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE TRIGGER receipts_before_insert BEFORE INSERT ON mycelium.receipts
+CREATE OR REPLACE TRIGGER receipts_before_insert BEFORE INSERT ON mycelium.receipts
   FOR EACH ROW EXECUTE FUNCTION mycelium.receipts_before_insert();
 
-CREATE FUNCTION mycelium.receipts_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.receipts_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM mycelium.refuse(409, 'append_only', format('%s is append-only: %s refused', TG_TABLE_NAME, TG_OP));
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER receipts_append_only BEFORE UPDATE OR DELETE ON mycelium.receipts
+CREATE OR REPLACE TRIGGER receipts_append_only BEFORE UPDATE OR DELETE ON mycelium.receipts
   FOR EACH ROW EXECUTE FUNCTION mycelium.receipts_append_only();
-CREATE TRIGGER receipts_no_truncate BEFORE TRUNCATE ON mycelium.receipts
+CREATE OR REPLACE TRIGGER receipts_no_truncate BEFORE TRUNCATE ON mycelium.receipts
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.receipts_append_only();
-CREATE TRIGGER receipt_signatures_append_only BEFORE UPDATE OR DELETE ON mycelium.receipt_signatures
+CREATE OR REPLACE TRIGGER receipt_signatures_append_only BEFORE UPDATE OR DELETE ON mycelium.receipt_signatures
   FOR EACH ROW EXECUTE FUNCTION mycelium.receipts_append_only();
-CREATE TRIGGER receipt_signatures_no_truncate BEFORE TRUNCATE ON mycelium.receipt_signatures
+CREATE OR REPLACE TRIGGER receipt_signatures_no_truncate BEFORE TRUNCATE ON mycelium.receipt_signatures
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.receipts_append_only();
 
 -- Every terminal transition and every release appends a receipt, in the statement that makes it: the
@@ -223,7 +223,7 @@ CREATE TRIGGER receipt_signatures_no_truncate BEFORE TRUNCATE ON mycelium.receip
 -- request id's; a receipt that follows an earlier one of the same attempt (a release after the
 -- outcome: receipt_ref still names it) takes that receipt's lane, so one transition's receipts share a
 -- lane even if the lane count changed in between.
-CREATE FUNCTION mycelium.transitions_receipt() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.transitions_receipt() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   released boolean := NEW.operator_resolution IS NOT NULL
                       AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution;
@@ -249,14 +249,14 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER transitions_receipt AFTER UPDATE ON mycelium.transitions
+CREATE OR REPLACE TRIGGER transitions_receipt AFTER UPDATE ON mycelium.transitions
   FOR EACH ROW WHEN (NEW.receipt_ref IS DISTINCT FROM OLD.receipt_ref AND NEW.receipt_ref IS NOT NULL)
   EXECUTE FUNCTION mycelium.transitions_receipt();
 
 -- ---------------------------------------------------------------------------------------------
 -- Keys and signatures (written by the hub, which holds the private key).
 
-CREATE FUNCTION mycelium.register_receipt_key(p_key_id text, p_public_key bytea)
+CREATE OR REPLACE FUNCTION mycelium.register_receipt_key(p_key_id text, p_public_key bytea)
 RETURNS mycelium.receipt_keys LANGUAGE plpgsql AS $$
 DECLARE k mycelium.receipt_keys;
 BEGIN
@@ -274,7 +274,7 @@ END
 $$;
 
 -- Rotation: every other key stops signing from now on (their old signatures stay valid).
-CREATE FUNCTION mycelium.retire_receipt_keys(p_except text) RETURNS SETOF mycelium.receipt_keys
+CREATE OR REPLACE FUNCTION mycelium.retire_receipt_keys(p_except text) RETURNS SETOF mycelium.receipt_keys
 LANGUAGE sql AS $$
   UPDATE mycelium.receipt_keys SET retired_at = now()
   WHERE key_id <> p_except AND retired_at IS NULL RETURNING *
@@ -282,7 +282,7 @@ $$;
 
 -- The receipts waiting for a signature: each chain's (agent and lane) receipts past its signed-through
 -- mark that have none (the index on (agent_id, lane, seq) serves each chain's tail).
-CREATE FUNCTION mycelium.unsigned_receipt_batch(p_limit integer DEFAULT 500)
+CREATE OR REPLACE FUNCTION mycelium.unsigned_receipt_batch(p_limit integer DEFAULT 500)
 RETURNS TABLE (id bigint, hash bytea) LANGUAGE sql STABLE AS $$
   SELECT r.id, r.hash
   FROM mycelium.receipt_heads h
@@ -300,7 +300,7 @@ $$;
 -- Store signatures computed by the key holder over each receipt's hash. A key must be registered
 -- and active; a receipt is signed once. Each touched chain's (agent and lane) signed-through mark then moves up to
 -- its first receipt still without a signature (never down: two signers may race).
-CREATE FUNCTION mycelium.sign_receipts(p_key_id text, p_ids bigint[], p_signatures bytea[])
+CREATE OR REPLACE FUNCTION mycelium.sign_receipts(p_key_id text, p_ids bigint[], p_signatures bytea[])
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE n integer;
 BEGIN
@@ -337,7 +337,7 @@ $$;
 -- predecessor, a gap in a lane's sequence, a head that points past its lane's last receipt (a deleted
 -- tail). No rows means every chain is intact. (Unsigned receipts: see receipt_export and the
 -- signature check of `mycelium receipts verify`.)
-CREATE FUNCTION mycelium.verify_receipt_chain(p_agent text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION mycelium.verify_receipt_chain(p_agent text DEFAULT NULL)
 RETURNS TABLE (agent_id text, lane smallint, seq bigint, receipt_id text, problem text) LANGUAGE sql STABLE AS $$
   WITH ordered AS (
     SELECT r.agent_id, r.lane::smallint AS lane, r.seq, r.receipt_id, r.prev_hash,
@@ -377,7 +377,7 @@ $$;
 -- Views for the common audits.
 
 -- Side effects per tool per day: effects that happened (or may have) on side-effecting tools.
-CREATE VIEW mycelium.side_effects_per_tool_per_day AS
+CREATE OR REPLACE VIEW mycelium.side_effects_per_tool_per_day AS
   SELECT (r.recorded_at AT TIME ZONE 'UTC')::date AS day, r.agent_id, r.action AS tool,
          count(*) FILTER (WHERE r.outcome = 'COMPLETED') AS completed,
          count(*) FILTER (WHERE r.outcome = 'FAILED_AFTER_EFFECT') AS failed_after_effect,
@@ -388,7 +388,7 @@ CREATE VIEW mycelium.side_effects_per_tool_per_day AS
 
 -- Hard blocks awaiting a human: side-effecting transitions parked in an ambiguous or blocked state
 -- that nobody has released yet.
-CREATE VIEW mycelium.hard_blocks_awaiting_human AS
+CREATE OR REPLACE VIEW mycelium.hard_blocks_awaiting_human AS
   SELECT t.request_id, t.agent_id, t.tool, t.terminal_outcome, t.side_effect_boundary,
          t.external_operation_ref, t.error, t.owner, t.fence, t.finished_at,
          now() - t.finished_at AS waiting
@@ -399,7 +399,7 @@ CREATE VIEW mycelium.hard_blocks_awaiting_human AS
     AND coalesce(t.reconcile_status, '') <> 'NOT_EXECUTED';
 
 -- Reconciled transitions: what a provider lookup settled, and how.
-CREATE VIEW mycelium.reconciled_transitions AS
+CREATE OR REPLACE VIEW mycelium.reconciled_transitions AS
   SELECT t.request_id, t.agent_id, t.tool, t.reconcile_status, t.reconciled_at, t.terminal_outcome,
          t.external_operation_ref, t.fence, t.receipt_ref
   FROM mycelium.transitions t
@@ -407,7 +407,7 @@ CREATE VIEW mycelium.reconciled_transitions AS
 
 -- Receipts as the offline verifier reads them (timestamps rendered exactly as hashed; each agent and
 -- lane is one chain).
-CREATE VIEW mycelium.receipt_export AS
+CREATE OR REPLACE VIEW mycelium.receipt_export AS
   SELECT r.id, r.receipt_id, r.agent_id, r.lane::smallint AS lane, r.seq, r.kind, r.action, r.request_id, r.transition_key,
          r.side_effect_class, r.policy_version, r.inputs_hash, r.outputs_hash, r.outcome, r.boundary, r.fence,
          r.external_operation_ref, r.error, r.verified, r.resolved_by, r.resolution_reason,

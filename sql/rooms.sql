@@ -2,7 +2,7 @@
 -- Every room-scoped table keys on the room first and cascades from here, so deleting a room
 -- removes everything of it in one statement.
 
-CREATE FUNCTION mycelium.room_name_problem(p_name text) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.room_name_problem(p_name text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
   SELECT CASE
     WHEN p_name IS NULL OR btrim(p_name) = '' THEN 'a room name must not be blank'
@@ -27,7 +27,7 @@ CREATE TABLE mycelium.rooms (
   CONSTRAINT private_room_has_owner CHECK (is_public OR owner IS NOT NULL)
 );
 
-CREATE FUNCTION mycelium.require_room(p_room text) RETURNS void
+CREATE OR REPLACE FUNCTION mycelium.require_room(p_room text) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM mycelium.rooms WHERE name = p_room) THEN
@@ -37,7 +37,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.create_room(
+CREATE OR REPLACE FUNCTION mycelium.create_room(
   p_name text, p_title text DEFAULT NULL, p_description text DEFAULT NULL,
   p_is_public boolean DEFAULT true, p_owner text DEFAULT NULL, p_members text[] DEFAULT '{}',
   p_created_by text DEFAULT NULL
@@ -68,7 +68,7 @@ $$;
 
 -- PATCH semantics: only the keys present in p_patch change (title, description, is_public,
 -- members, owner). Making a room private without an owner makes p_by its owner.
-CREATE FUNCTION mycelium.update_room(p_name text, p_patch jsonb, p_by text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION mycelium.update_room(p_name text, p_patch jsonb, p_by text DEFAULT NULL)
 RETURNS mycelium.rooms LANGUAGE plpgsql AS $$
 DECLARE
   r mycelium.rooms;
@@ -104,7 +104,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.delete_room(p_name text) RETURNS void LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.delete_room(p_name text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
   DELETE FROM mycelium.rooms WHERE name = p_name;
   IF NOT FOUND THEN PERFORM mycelium.require_room(p_name); END IF;
@@ -113,7 +113,7 @@ END
 $$;
 
 -- A room's name is its identity everywhere (keys, URNs, mirror folders): it never changes.
-CREATE FUNCTION mycelium.rooms_keep_name() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.rooms_keep_name() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.name IS DISTINCT FROM OLD.name THEN
     PERFORM mycelium.refuse(409, 'immutable', 'a room is never renamed', jsonb_build_object('room', OLD.name));
@@ -121,5 +121,5 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE TRIGGER rooms_keep_name BEFORE UPDATE OF name ON mycelium.rooms
+CREATE OR REPLACE TRIGGER rooms_keep_name BEFORE UPDATE OF name ON mycelium.rooms
   FOR EACH ROW EXECUTE FUNCTION mycelium.rooms_keep_name();

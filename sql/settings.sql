@@ -23,7 +23,7 @@ INSERT INTO mycelium.setting_kinds (name, value_type, default_value, min_value, 
    'How long a handle stays present after its last await, in seconds.');
 
 -- Why a value does not fit a setting, or NULL when it does.
-CREATE FUNCTION mycelium.setting_problem(k mycelium.setting_kinds, p_value jsonb) RETURNS text
+CREATE OR REPLACE FUNCTION mycelium.setting_problem(k mycelium.setting_kinds, p_value jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
   SELECT CASE
     WHEN jsonb_typeof(p_value) IS DISTINCT FROM k.value_type
@@ -36,7 +36,7 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- Like require_room: refuse (404, naming the known settings) a name the catalogue does not hold.
-CREATE FUNCTION mycelium.require_setting(p_name text) RETURNS void
+CREATE OR REPLACE FUNCTION mycelium.require_setting(p_name text) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM mycelium.setting_kinds WHERE name = p_name) THEN
@@ -51,7 +51,7 @@ $$;
 
 -- Every config row names a known setting, in a room that exists, and holds a value that fits it
 -- (psql included; write_setting relies on this check for what it writes).
-CREATE FUNCTION mycelium.config_check() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.config_check() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   k mycelium.setting_kinds;
   problem text;
@@ -72,7 +72,7 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE TRIGGER config_check BEFORE INSERT OR UPDATE ON mycelium.config
+CREATE OR REPLACE TRIGGER config_check BEFORE INSERT OR UPDATE ON mycelium.config
   FOR EACH ROW EXECUTE FUNCTION mycelium.config_check();
 
 -- The settings as they apply to one room ('' = hub-wide): the value in force and where it comes
@@ -83,7 +83,7 @@ CREATE TYPE mycelium.setting AS (
   updated_by text, updated_at timestamptz
 );
 
-CREATE FUNCTION mycelium.settings_of(p_room text DEFAULT '') RETURNS SETOF mycelium.setting
+CREATE OR REPLACE FUNCTION mycelium.settings_of(p_room text DEFAULT '') RETURNS SETOF mycelium.setting
 LANGUAGE sql STABLE AS $$
   SELECT k.name,
          coalesce(r.value, h.value, k.default_value),
@@ -98,7 +98,7 @@ $$;
 
 -- Write one setting for a room, or hub-wide with p_room '' or NULL; a NULL value clears it (the
 -- room then follows the hub, the hub its default). Returns the setting as it now applies there.
-CREATE FUNCTION mycelium.write_setting(p_name text, p_value jsonb, p_room text DEFAULT '', p_by text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION mycelium.write_setting(p_name text, p_value jsonb, p_room text DEFAULT '', p_by text DEFAULT NULL)
 RETURNS SETOF mycelium.setting LANGUAGE plpgsql AS $$
 DECLARE
   room text := coalesce(p_room, '');

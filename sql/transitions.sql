@@ -14,7 +14,7 @@
 -- ---------------------------------------------------------------------------------------------
 -- Closed sets and per-class defaults (runtime.md §3).
 
-CREATE FUNCTION mycelium.side_effect_class(p text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.side_effect_class(p text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
   SELECT CASE lower(btrim(p))
     WHEN 'read' THEN 'read' WHEN 'read_only' THEN 'read'
     WHEN 'idempotent_mutate' THEN 'idempotent_mutate' WHEN 'idempotent_write' THEN 'idempotent_mutate'
@@ -28,7 +28,7 @@ $$;
 COMMENT ON FUNCTION mycelium.side_effect_class IS
   'The canonical side-effect class of a class name or legacy alias; NULL when unknown.';
 
-CREATE FUNCTION mycelium.default_retry_permission(p_class text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.default_retry_permission(p_class text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
   SELECT CASE p_class
     WHEN 'read' THEN 'safe_retry' WHEN 'idempotent_mutate' THEN 'safe_retry'
     WHEN 'keyed_mutate' THEN 'retry_only_with_same_provider_idempotency_key'
@@ -37,7 +37,7 @@ CREATE FUNCTION mycelium.default_retry_permission(p_class text) RETURNS text LAN
   END
 $$;
 
-CREATE FUNCTION mycelium.default_spendability(p_class text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.default_spendability(p_class text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
   SELECT CASE p_class
     WHEN 'read' THEN 'multi_use' WHEN 'idempotent_mutate' THEN 'multi_use'
     WHEN 'keyed_mutate' THEN 'single_use' WHEN 'non_idempotent_mutate' THEN 'single_use'
@@ -46,7 +46,7 @@ CREATE FUNCTION mycelium.default_spendability(p_class text) RETURNS text LANGUAG
 $$;
 
 -- The loosest capability a tool of this class can honestly claim, given its mechanisms.
-CREATE FUNCTION mycelium.capability_floor(p_class text, p_key_param boolean, p_reconciler boolean)
+CREATE OR REPLACE FUNCTION mycelium.capability_floor(p_class text, p_key_param boolean, p_reconciler boolean)
 RETURNS text LANGUAGE sql IMMUTABLE AS $$
   SELECT CASE
     WHEN p_class IN ('read', 'idempotent_mutate') THEN 'idempotent'
@@ -56,7 +56,7 @@ RETURNS text LANGUAGE sql IMMUTABLE AS $$
   END
 $$;
 
-CREATE FUNCTION mycelium.boundary_rank(p text) RETURNS integer LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.boundary_rank(p text) RETURNS integer LANGUAGE sql IMMUTABLE AS $$
   SELECT CASE p WHEN 'not_crossed' THEN 0 WHEN 'maybe_crossed' THEN 1 WHEN 'crossed' THEN 2 END
 $$;
 
@@ -162,11 +162,11 @@ COMMENT ON COLUMN mycelium.transitions.lease_until IS
 -- from the catalog and planned again by every INSERT and UPDATE statement, and the row passed to a
 -- function as a composite; the trigger runs on every write anyway.
 
-CREATE FUNCTION mycelium.transition_verb() RETURNS text LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.transition_verb() RETURNS text LANGUAGE sql STABLE AS $$
   SELECT coalesce(current_setting('mycelium.transition_verb', true), '')
 $$;
 
-CREATE FUNCTION mycelium.transitions_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.transitions_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   verb text;
 BEGIN
@@ -269,16 +269,16 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE TRIGGER transitions_guard BEFORE INSERT OR UPDATE OR DELETE ON mycelium.transitions
+CREATE OR REPLACE TRIGGER transitions_guard BEFORE INSERT OR UPDATE OR DELETE ON mycelium.transitions
   FOR EACH ROW EXECUTE FUNCTION mycelium.transitions_guard();
 
-CREATE FUNCTION mycelium.transitions_no_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION mycelium.transitions_no_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM mycelium.refuse(409, 'append_only', 'transitions are never deleted: TRUNCATE refused');
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER transitions_no_truncate BEFORE TRUNCATE ON mycelium.transitions
+CREATE OR REPLACE TRIGGER transitions_no_truncate BEFORE TRUNCATE ON mycelium.transitions
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.transitions_no_truncate();
 
 -- ---------------------------------------------------------------------------------------------
@@ -288,7 +288,7 @@ CREATE TRIGGER transitions_no_truncate BEFORE TRUNCATE ON mycelium.transitions
 --          FAILED_AFTER_EFFECT | BLOCKED | UNKNOWN (the stored outcome resolved with the lease)
 -- p_key_validity: VALID | EXPIRED | UNTRACKED; p_key_match: same | different | missing
 
-CREATE FUNCTION mycelium.transition_state(p_outcome text, p_lease_until timestamptz, p_at timestamptz)
+CREATE OR REPLACE FUNCTION mycelium.transition_state(p_outcome text, p_lease_until timestamptz, p_at timestamptz)
 RETURNS text LANGUAGE sql IMMUTABLE AS $$
   SELECT CASE
     WHEN p_outcome <> 'IN_FLIGHT' THEN p_outcome
@@ -298,7 +298,7 @@ RETURNS text LANGUAGE sql IMMUTABLE AS $$
   END
 $$;
 
-CREATE FUNCTION mycelium.transition_gate(
+CREATE OR REPLACE FUNCTION mycelium.transition_gate(
   p_class text, p_spendability text, p_retry text, p_boundary text, p_state text,
   p_key_param boolean, p_key_ttl boolean, p_key_validity text, p_key_match text, p_needs_repair boolean
 ) RETURNS text LANGUAGE sql IMMUTABLE AS $$
@@ -344,7 +344,7 @@ COMMENT ON FUNCTION mycelium.transition_gate IS
 -- p_can_reconcile: the caller has a reconciler and the row has an external_operation_ref;
 -- p_reconciled: the caller already ran its reconciler for this fence and it said UNKNOWN;
 -- p_death_missing: death evidence is required for reclaiming an expired lease and there is none.
-CREATE FUNCTION mycelium.claim_action(
+CREATE OR REPLACE FUNCTION mycelium.claim_action(
   p_gate text, p_state text, p_settled boolean, p_can_reconcile boolean, p_reconciled boolean,
   p_blind boolean, p_defer boolean, p_death_missing boolean
 ) RETURNS text LANGUAGE sql IMMUTABLE AS $$
@@ -370,7 +370,7 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- Refusals shared by the verbs.
 
-CREATE FUNCTION mycelium.transition_detail(t mycelium.transitions) RETURNS jsonb LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.transition_detail(t mycelium.transitions) RETURNS jsonb LANGUAGE sql STABLE AS $$
   SELECT jsonb_build_object('request_id', t.request_id, 'terminal_outcome', t.terminal_outcome,
     'state', mycelium.transition_state(t.terminal_outcome, t.lease_until, now()),
     'side_effect_boundary', t.side_effect_boundary, 'owner', t.owner, 'fence', t.fence,
@@ -378,7 +378,7 @@ CREATE FUNCTION mycelium.transition_detail(t mycelium.transitions) RETURNS jsonb
 $$;
 
 -- A compare-and-swap found nothing to change: say exactly why (and refuse).
-CREATE FUNCTION mycelium.transition_lost(
+CREATE OR REPLACE FUNCTION mycelium.transition_lost(
   p_request_id text, p_owner text, p_fence bigint, p_verb text, p_need_lease boolean DEFAULT false
 ) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE t mycelium.transitions;
@@ -412,7 +412,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.lease_end(p_ttl double precision) RETURNS timestamptz LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION mycelium.lease_end(p_ttl double precision) RETURNS timestamptz LANGUAGE sql STABLE AS $$
   SELECT CASE WHEN p_ttl IS NOT NULL AND p_ttl > 0 THEN now() + make_interval(secs => p_ttl) END
 $$;
 
@@ -421,7 +421,7 @@ $$;
 
 CREATE TYPE mycelium.claim AS (gate text, action text, repaired boolean, transition mycelium.transitions);
 
-CREATE FUNCTION mycelium.claim_transition(
+CREATE OR REPLACE FUNCTION mycelium.claim_transition(
   p_request_id text,
   p_transition_key text,
   p_tool text,
@@ -584,7 +584,7 @@ COMMENT ON FUNCTION mycelium.claim_transition IS
 -- ---------------------------------------------------------------------------------------------
 -- Mutators of the owner (compare and swap on owner + fence).
 
-CREATE FUNCTION mycelium.renew_lease(
+CREATE OR REPLACE FUNCTION mycelium.renew_lease(
   p_request_id text, p_owner text, p_fence bigint, p_lease_ttl double precision
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
 DECLARE
@@ -609,7 +609,7 @@ $$;
 
 -- Move the boundary forward (a backward move changes nothing). Entering maybe_crossed needs a live
 -- lease: an owner whose lease lapsed must not start the external call.
-CREATE FUNCTION mycelium.advance_boundary(
+CREATE OR REPLACE FUNCTION mycelium.advance_boundary(
   p_request_id text, p_owner text, p_fence bigint, p_boundary text
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
 DECLARE
@@ -639,7 +639,7 @@ $$;
 
 -- Record the provider's handle (its operation id, or the idempotency key sent to it). Allowed while
 -- the row is in flight, or after a peer parked it: more evidence never hurts reconciliation.
-CREATE FUNCTION mycelium.record_external_operation(
+CREATE OR REPLACE FUNCTION mycelium.record_external_operation(
   p_request_id text, p_owner text, p_fence bigint, p_ref text
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
 DECLARE
@@ -662,7 +662,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.complete(
+CREATE OR REPLACE FUNCTION mycelium.complete(
   p_request_id text, p_owner text, p_fence bigint, p_result jsonb DEFAULT NULL
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
 DECLARE
@@ -687,7 +687,7 @@ $$;
 -- FAILED_BEFORE_EFFECT, maybe_crossed → UNKNOWN, crossed → FAILED_AFTER_EFFECT); true records
 -- FAILED_AFTER_EFFECT (boundary crossed); false records FAILED_BEFORE_EFFECT and is refused once
 -- the boundary has moved (that failure is not "before the effect" any more).
-CREATE FUNCTION mycelium.fail(
+CREATE OR REPLACE FUNCTION mycelium.fail(
   p_request_id text, p_owner text, p_fence bigint, p_error text DEFAULT NULL, p_after_effect boolean DEFAULT NULL
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
 DECLARE
@@ -723,7 +723,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.mark_outcome(
+CREATE OR REPLACE FUNCTION mycelium.mark_outcome(
   p_request_id text, p_owner text, p_fence bigint, p_outcome text, p_error text, p_verb text
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
 DECLARE
@@ -745,19 +745,19 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION mycelium.mark_unknown(p_request_id text, p_owner text, p_fence bigint, p_error text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION mycelium.mark_unknown(p_request_id text, p_owner text, p_fence bigint, p_error text DEFAULT NULL)
 RETURNS mycelium.transitions LANGUAGE sql AS $$
   SELECT mycelium.mark_outcome(p_request_id, p_owner, p_fence, 'UNKNOWN', p_error, 'mark_unknown')
 $$;
 
-CREATE FUNCTION mycelium.mark_blocked(p_request_id text, p_owner text, p_fence bigint, p_error text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION mycelium.mark_blocked(p_request_id text, p_owner text, p_fence bigint, p_error text DEFAULT NULL)
 RETURNS mycelium.transitions LANGUAGE sql AS $$
   SELECT mycelium.mark_outcome(p_request_id, p_owner, p_fence, 'BLOCKED', p_error, 'mark_blocked')
 $$;
 
 -- Heal an incomplete durable record (today: a missing idempotency key). The claim does this by
 -- itself; the verb is here for operators.
-CREATE FUNCTION mycelium.repair(p_request_id text, p_owner text, p_fence bigint)
+CREATE OR REPLACE FUNCTION mycelium.repair(p_request_id text, p_owner text, p_fence bigint)
 RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
 DECLARE
   t mycelium.transitions;
@@ -785,7 +785,7 @@ $$;
 --                the stamp and runs the body exactly once;
 --   UNKNOWN      is recorded; the row stays as it is (a hard block).
 -- A row held by a live lease is refused; so is a row whose fence moved on since it was observed.
-CREATE FUNCTION mycelium.apply_reconcile_result(
+CREATE OR REPLACE FUNCTION mycelium.apply_reconcile_result(
   p_request_id text, p_fence bigint, p_status text, p_result jsonb DEFAULT NULL, p_by text DEFAULT NULL
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
 DECLARE
@@ -830,7 +830,7 @@ $$;
 
 -- A human verified what happened. 'completed' settles the row with the given result; 'not_executed'
 -- stamps it, and the next claim runs the body once. One-shot; written to the receipt chain.
-CREATE FUNCTION mycelium.release(
+CREATE OR REPLACE FUNCTION mycelium.release(
   p_request_id text, p_verified text, p_by text, p_reason text, p_result jsonb DEFAULT NULL,
   p_expected_fence bigint DEFAULT NULL
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
@@ -889,7 +889,7 @@ $$;
 
 -- A worker is known dead: stamp its in-flight rows so an expired lease may be reclaimed where the
 -- caller requires death evidence. Refused while the worker's heartbeat is recent, unless overridden.
-CREATE FUNCTION mycelium.mark_worker_dead(
+CREATE OR REPLACE FUNCTION mycelium.mark_worker_dead(
   p_owner text, p_by text, p_reason text, p_override boolean DEFAULT false,
   p_presumed_dead_after double precision DEFAULT 60
 ) RETURNS SETOF mycelium.transitions LANGUAGE plpgsql AS $$

@@ -5,11 +5,11 @@ from __future__ import annotations
 import yaml
 
 from mycelium.cli.main import build_parser
-from mycelium.paths import project_root
+from tests.support import REPO_ROOT
 
 
 def compose() -> dict:
-    return yaml.safe_load((project_root() / "docker-compose.yml").read_text())
+    return yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
 
 
 def test_compose_has_postgres_a_migration_and_two_replicas_on_separate_ports():

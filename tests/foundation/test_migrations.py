@@ -10,7 +10,7 @@ import sys
 import asyncpg
 
 from mycelium.db import migrate
-from mycelium.paths import project_root
+from tests.support import REPO_ROOT
 
 
 async def objects_in_schema(dsn: str) -> int:
@@ -45,10 +45,10 @@ async def test_alembic_and_the_cli_migrate_too(pg_server):
     dsn = pg_server.dsn(name)
     env = {**os.environ, "DATABASE_URL": dsn}
     try:
-        subprocess.run([sys.executable, "-m", "alembic", "upgrade", "head"], cwd=project_root(), env=env,
+        subprocess.run([sys.executable, "-m", "alembic", "upgrade", "head"], cwd=REPO_ROOT, env=env,
                        check=True, capture_output=True)
         assert await migrate.current_revision(dsn) == migrate.head_revision()
-        subprocess.run([sys.executable, "-m", "alembic", "downgrade", "base"], cwd=project_root(), env=env,
+        subprocess.run([sys.executable, "-m", "alembic", "downgrade", "base"], cwd=REPO_ROOT, env=env,
                        check=True, capture_output=True)
         assert await migrate.current_revision(dsn) is None
         out = subprocess.run([sys.executable, "-m", "mycelium.cli.main", "db", "upgrade", "--database-url", dsn],

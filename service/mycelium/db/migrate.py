@@ -13,7 +13,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 
-from mycelium.paths import migrations_dir, project_root, sql_dir
+from mycelium.paths import migrations_dir, sql_dir
 
 
 def sqlalchemy_url(dsn: str) -> str:
@@ -25,7 +25,7 @@ def sqlalchemy_url(dsn: str) -> str:
 
 
 def alembic_config(dsn: str) -> Config:
-    cfg = Config(str(project_root() / "alembic.ini"))
+    cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.set_main_option("sqlalchemy.url", sqlalchemy_url(dsn).replace("%", "%%"))
     return cfg
