@@ -1,15 +1,14 @@
-"""One hub process: where its database is, its pool, its embedder and its background workers.
+"""One hub process: where its database is, its pool, its embedder and its background loops.
 
-A hub replica keeps no state another replica would need; everything here is either a connection, a
-model loaded in memory, or a worker that coordinates with other replicas through the database.
+A hub process keeps no state another process would need; everything here is either a connection, a
+model loaded in memory, or a background loop that coordinates with other processes through the
+database (see mycelium.workers).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -20,10 +19,8 @@ from mycelium.db.migrate import upgrade_async
 from mycelium.db.pool import create_pool
 from mycelium.embed import Embedder, make_embedder
 from mycelium.settings import Settings
-
-log = logging.getLogger("mycelium.hub")
-
-Worker = Callable[["Hub"], Awaitable[None]]
+from mycelium.workers.loop import Loop
+from mycelium.workers.supervisor import Kind, Supervisor
 
 
 @dataclass
@@ -34,8 +31,10 @@ class Hub:
     embedder: Embedder | None = None
     embedded: EmbeddedPostgres | None = None
     listener: Listener | None = None
-    workers: list[Worker] = field(default_factory=list)
-    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    loops: list[Loop] = field(default_factory=list)
+    kind: Kind = "hub"
+    """``worker`` for a process without HTTP (``mycelium worker``), ``hub`` otherwise."""
+    supervisor: Supervisor | None = None
 
     @property
     def wakes(self) -> Listener:
@@ -67,28 +66,14 @@ class Hub:
             self.settings.embedder, url=self.settings.embedding_url, model=self.settings.embedding_model,
             api_key=self.settings.embedding_api_key, dimensions=self.settings.embedding_dimensions,
         )
-        for worker in self.workers:
-            self._tasks.append(asyncio.create_task(self._supervise(worker), name=worker.__name__))
-
-    async def _supervise(self, worker: Worker) -> None:
-        """Run a background worker for the life of the hub; restart it after a failure."""
-        while True:
-            try:
-                await worker(self)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("worker %s failed; restarting in 1 s", worker.__name__)
-                await asyncio.sleep(1.0)
+        if self.loops:
+            self.supervisor = Supervisor(self, self.loops, self.kind)
+            await self.supervisor.start()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
+        if self.supervisor is not None:
+            await self.supervisor.stop()
+            self.supervisor = None
         if self.listener is not None:
             await self.listener.stop()
             self.listener = None

@@ -109,11 +109,11 @@ async def test_export_rebuilds_the_mirror_from_scratch(admin_conn, follower_conn
 
 
 async def test_the_hub_worker_writes_files_as_changes_commit(db_dsn, settings_for, tmp_path):
-    from mycelium.api.app import default_workers
     from mycelium.hub import Hub
+    from mycelium.workers.catalogue import default_loops
 
     settings = settings_for(db_dsn, mirror=True, embedder="none", data_dir=tmp_path)
-    hub = Hub(settings, workers=default_workers(settings))
+    hub = Hub(settings, loops=default_loops(settings))
     await hub.start()
     try:
         await hub.db.execute("SELECT mycelium.create_room('live')")

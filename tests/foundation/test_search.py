@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from mycelium.indexer import catch_up_once
+from mycelium.workers.indexer import catch_up_once
 
 TEXTS = {
     "pets/cat": "The cat sat on the mat and purred all afternoon.",
@@ -87,7 +87,8 @@ async def test_a_vector_is_cleared_when_the_text_changes_without_one_and_the_ind
     assert await admin_conn.fetchval(
         "SELECT embedding IS NULL FROM mycelium.memories WHERE key = 'pets/cat'")
     # a hub (another replica, here) catches up
-    assert await catch_up_once(hub) >= 1
+    async with hub.db.acquire() as conn:
+        assert await catch_up_once(conn, hub.embedder) >= 1
     assert await admin_conn.fetchval("SELECT embedding IS NOT NULL FROM mycelium.memories WHERE key = 'pets/cat'")
     result = await search(filled, "a dog barking at the postman")
     assert result["results"][0]["memory"]["key"] == "pets/cat"
@@ -97,8 +98,9 @@ async def test_a_memory_written_in_psql_becomes_searchable(filled, admin_conn, h
     await admin_conn.execute("""INSERT INTO mycelium.memories (room, key, value, created_by)
                                 VALUES ('atlas', 'by/hand', '{"text": "Photosynthesis turns light into sugar."}', 'dba')""")
     for _ in range(3):
-        if await catch_up_once(hub) == 0:
-            break
+        async with hub.db.acquire() as conn:
+            if await catch_up_once(conn, hub.embedder) == 0:
+                break
         await asyncio.sleep(0)
     result = await search(filled, "how plants make food from sunlight")
     assert result["results"][0]["memory"]["key"] == "by/hand"

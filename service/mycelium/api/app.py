@@ -28,27 +28,19 @@ from mycelium.api.conversations import CONVERSATION_ROUTES
 from mycelium.api.deps import provide_hub
 from mycelium.api.receipts import ReceiptController
 from mycelium.api.transitions import TransitionController
-from mycelium.board.sweeper import apply_board_settings, sweep_leases
-from mycelium.hub import Hub, Worker
-from mycelium.indexer import catch_up_vectors
-from mycelium.ledger.receipts import sign_receipts
-from mycelium.mirror.follower import follow_changes
+from mycelium.hub import Hub
 from mycelium.settings import Settings, load_settings
-
-
-def default_workers(settings: Settings) -> list[Worker]:
-    workers: list[Worker] = [catch_up_vectors, sweep_leases, apply_board_settings, sign_receipts]
-    if settings.mirror:
-        workers.append(follow_changes)
-    return workers
+from mycelium.workers.catalogue import default_loops
 
 
 def create_app(
     settings: Settings | None = None, *, hub: Hub | None = None,
-    on_ready: Callable[[Hub], None] | None = None,
+    on_ready: Callable[[Hub], None] | None = None, loops: bool = True,
 ) -> Litestar:
+    """The hub's HTTP app; with ``loops`` its process also runs the background loops (a pure HTTP
+    replica leaves them to ``mycelium worker`` processes)."""
     settings = settings or load_settings()
-    hub = hub or Hub(settings, workers=default_workers(settings))
+    hub = hub or Hub(settings, loops=default_loops(settings) if loops else [])
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -82,3 +74,8 @@ def create_app(
         openapi_config=OpenAPIConfig(title="Mycelium hub", version=__version__),
         debug=False,
     )
+
+
+def create_http_app() -> Litestar:
+    """A pure HTTP replica (no background loops), for ``mycelium up --workers N --no-workers``."""
+    return create_app(loops=False)

@@ -19,9 +19,10 @@ from mycelium.cli import (
     run,
     transitions,
     up,
+    worker,
 )
 
-GROUPS = [up, db, config, room, memory, mirror, board, participate, transitions, receipts, run, demo]
+GROUPS = [up, worker, db, config, room, memory, mirror, board, participate, transitions, receipts, run, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

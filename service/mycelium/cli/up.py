@@ -19,29 +19,35 @@ HTTP_PROTOCOL = "mycelium.api.http_protocol:OneSendHttpToolsProtocol"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("up", help="run the hub (HTTP API, workers, embedded database by default)")
+    p = sub.add_parser("up", help="run the hub (HTTP API, background loops, embedded database by default)")
     p.add_argument("--host", help="listen address (MYCELIUM_HOST, default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (MYCELIUM_PORT, default 8000)")
     p.add_argument("--data-dir", type=Path, help="data folder (MYCELIUM_DATA_DIR, default ./.mycelium)")
     p.add_argument("--database-url", help="use this PostgreSQL (DATABASE_URL) instead of the embedded one")
     p.add_argument("--no-mirror", action="store_true", help="do not export the markdown mirror")
+    p.add_argument("--no-workers", action="store_true",
+                   help="serve HTTP only: leave the background loops to `mycelium worker` processes")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="hub processes serving this port (replicas on one database; default 1)")
+                   help="HTTP processes serving this port (replicas on one database; default 1)")
     p.set_defaults(func=run)
 
 
-def _announce(settings: Settings, embedded: EmbeddedPostgres | None, workers: int = 1) -> None:
+def _announce(settings: Settings, embedded: EmbeddedPostgres | None, workers: int = 1,
+              loops: bool = True) -> None:
     host, port = settings.host, settings.port
-    processes = f"{workers} worker processes; " if workers > 1 else ""
+    processes = f"{workers} processes on this port; " if workers > 1 else ""
     lines = [f"mycelium hub on http://{host}:{port}  ({processes}health: http://{host}:{port}/health)"]
+    if not loops:
+        lines.append("background loops: off (HTTP only; run them with `mycelium worker`)")
     if embedded is not None:
         lines.append(f"embedded PostgreSQL in {embedded.pgdata}")
         lines.append(f"psql:  mycelium db psql   (or: {' '.join(embedded.psql_command())})")
     else:
         lines.append("database: the server at DATABASE_URL;  psql:  mycelium db psql")
-    lines.append(f"markdown mirror: {settings.resolved_data_dir() / 'rooms'}"
-                 if settings.mirror else "markdown mirror: off")
+    if loops:
+        lines.append(f"markdown mirror: {settings.resolved_data_dir() / 'rooms'}"
+                     if settings.mirror else "markdown mirror: off")
     print("\n".join(lines), flush=True)
 
 
@@ -63,9 +69,11 @@ def run(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"mirror": False})
     settings.resolved_data_dir().mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    loops = not args.no_workers
     if args.workers > 1:
-        return _run_workers(settings, args.workers, args.log_level)
-    app = create_app(settings, on_ready=lambda hub: _announce(hub.settings, hub.embedded))
+        return _run_workers(settings, args.workers, args.log_level, loops)
+    app = create_app(settings, loops=loops, on_ready=lambda hub: _announce(hub.settings, hub.embedded,
+                                                                             loops=loops))
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
                             lifespan="on", access_log=False, http=HTTP_PROTOCOL,
                             timeout_graceful_shutdown=5)  # long polls must not hold a stop
@@ -74,8 +82,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if server.started else 1
 
 
-
-def _run_workers(settings: Settings, workers: int, log_level: str) -> int:
+def _run_workers(settings: Settings, workers: int, log_level: str, loops: bool) -> int:
     """Several hub processes on one port. They are replicas on one database like any others (every
     rule and every lock is the database's; each process has its own pool and its one listener), so
     a machine with more cores than one Python process can use serves more. The parent migrates once
@@ -99,8 +106,9 @@ def _run_workers(settings: Settings, workers: int, log_level: str) -> int:
             "MYCELIUM_MIRROR": str(settings.mirror).lower(),
             "MYCELIUM_HOST": settings.host, "MYCELIUM_PORT": str(settings.port),
         })
-        _announce(settings, embedded, workers)
-        uvicorn.run("mycelium.api.app:create_app", factory=True, host=settings.host, port=settings.port,
+        _announce(settings, embedded, workers, loops)
+        factory = "mycelium.api.app:create_app" if loops else "mycelium.api.app:create_http_app"
+        uvicorn.run(factory, factory=True, host=settings.host, port=settings.port,
                     workers=workers, log_level=log_level, lifespan="on", access_log=False,
                     http=HTTP_PROTOCOL, timeout_graceful_shutdown=5)
     finally:

@@ -1,33 +1,25 @@
 """The mirror follower: applies committed changes from the outbox to the markdown files.
 
-One process at a time follows (a session advisory lock); its position ``(tx, seq)`` is stored in the
-database after each batch, so a restart resumes exactly where the last batch ended. Only changes
-below the oldest running transaction are read, so a slow commit can never be skipped. Applying a
-change re-reads the memory's current row and writes the file only if its content differs, so
-re-applying a batch after a crash writes nothing twice.
+One process at a time follows (the ``mirror`` loop of mycelium.workers has one leader); its
+position ``(tx, seq)`` is stored in the database after each batch, so a restart resumes exactly
+where the last batch ended. Only changes below the oldest running transaction are read, so a slow
+commit can never be skipped. Applying a change re-reads the memory's current row and writes the
+file only if its content differs, so re-applying a batch after a crash writes nothing twice.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 
-from mycelium.db.pool import setup_connection
 from mycelium.db.queries import q
-from mycelium.hub import Hub
 from mycelium.mirror.files import memory_path, remove_file, remove_room, write_if_changed
 from mycelium.mirror.render import render_memory
 
-log = logging.getLogger("mycelium.mirror")
-
 FOLLOWER = "markdown-mirror"
-LOCK_KEY = "mycelium.markdown-mirror"
-CHANNEL = "mycelium_changes"
 BATCH = 500
 
 
@@ -101,30 +93,3 @@ async def export_all(conn: asyncpg.Connection, root: Path) -> Applied:
             with contextlib.suppress(OSError):
                 folder.rmdir()
     return result
-
-
-async def follow_changes(hub: Hub) -> None:
-    """Background worker: hold the mirror lock, then apply changes as they commit."""
-    root = hub.settings.resolved_data_dir()
-    conn = await asyncpg.connect(hub.dsn)
-    try:
-        await setup_connection(conn, hub.settings.app_role)
-        while not await conn.fetchval(  # noqa: ASYNC110 - another process holds the mirror
-            "SELECT pg_try_advisory_lock(hashtext($1))", LOCK_KEY
-        ):
-            await asyncio.sleep(5.0)
-        wake = hub.wakes.event(CHANNEL)
-        await hub.wakes.listen(CHANNEL)
-        try:
-            while True:
-                wake.clear()
-                applied = await apply_pending(conn, root)
-                if applied.changes:
-                    log.debug("mirror applied %s changes", applied.changes)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), timeout=1.0)
-        finally:
-            hub.wakes.discard(CHANNEL, wake)
-    finally:
-        with contextlib.suppress(Exception):
-            await conn.close()

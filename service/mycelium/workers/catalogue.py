@@ -1,0 +1,33 @@
+"""Every background loop by name, and which of them a process runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from mycelium.settings import Settings
+from mycelium.workers import LOOP_NAMES
+from mycelium.workers.indexer import INDEXER
+from mycelium.workers.loop import Loop
+from mycelium.workers.mirror import MIRROR
+from mycelium.workers.receipts import RECEIPTS
+from mycelium.workers.sweeper import SETTINGS, SWEEPER
+
+LOOPS: dict[str, Loop] = {loop.name: loop for loop in (INDEXER, SWEEPER, SETTINGS, MIRROR, RECEIPTS)}
+assert tuple(LOOPS) == LOOP_NAMES, "mycelium.workers.LOOP_NAMES names every loop, in order"
+
+
+def default_loops(settings: Settings, only: Iterable[str] = (), skip: Iterable[str] = ()) -> list[Loop]:
+    """The loops a process runs: all of them (``only`` narrows, ``skip`` removes), except the mirror
+    when it is off and the indexer when there is no embedder."""
+    chosen, dropped = set(only), set(skip)
+    unknown = sorted((chosen | dropped) - LOOPS.keys())
+    if unknown:
+        raise ValueError(f"no loop named {', '.join(unknown)} (loops: {', '.join(LOOPS)})")
+    off = {"mirror": "the mirror is off"} if not settings.mirror else {}
+    if settings.embedder == "none":
+        off["indexer"] = "there is no embedder (embedder: none)"
+    asked = sorted(chosen & off.keys())
+    if asked:
+        raise ValueError("; ".join(f"{name} cannot run: {off[name]}" for name in asked))
+    return [loop for name, loop in LOOPS.items()
+            if (not chosen or name in chosen) and name not in dropped and name not in off]
