@@ -1,0 +1,84 @@
+"""Helpers for the background-loop tests: `mycelium worker` processes, who holds a loop's lock, and
+the deployment report."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import asyncpg
+
+READY = re.compile(r"^mycelium worker ([0-9a-f-]{36}): loops ", re.MULTILINE)
+
+
+class WorkerProcess:
+    """A `mycelium worker` subprocess on a given database."""
+
+    def __init__(self, *, data_dir: Path, database_url: str, extra: Sequence[str] = (),
+                 env: dict[str, str] | None = None) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.log = data_dir.parent / f"worker-{data_dir.name}.log"
+        args = [sys.executable, "-m", "mycelium.cli.main", "worker", "--data-dir", str(data_dir),
+                "--database-url", database_url, *extra]
+        full_env = {**os.environ, "MYCELIUM_EMBEDDER": "none", "HF_HUB_OFFLINE": "1", **(env or {})}
+        self._log = open(self.log, "w")  # noqa: SIM115 - closed when the process ends
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=full_env)
+        self.worker_id = ""
+
+    def wait_ready(self, timeout: float = 90.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = READY.search(self.log.read_text())
+            if found:
+                self.worker_id = found.group(1)
+                return self.worker_id
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.log.read_text()}")
+            time.sleep(0.05)
+        raise TimeoutError(f"worker not ready:\n{self.log.read_text()}")
+
+    def signal(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self._log.close()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+        self._log.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.signal(signal.SIGTERM)
+        elif not self._log.closed:
+            self._log.close()
+
+
+async def lock_holders(conn: asyncpg.Connection, lock: str) -> list[str]:
+    """The application names of the sessions holding a loop's lock (``pg_try_advisory_lock(hashtext(lock))``),
+    read from the server's own lock table."""
+    rows = await conn.fetch(
+        """SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+           WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+             AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtext($1)::bigint""",
+        lock,
+    )
+    return [r["application_name"] for r in rows]
+
+
+async def report(conn: asyncpg.Connection, alive_within: float = 10.0) -> list[asyncpg.Record]:
+    return await conn.fetch("SELECT * FROM mycelium.worker_report(make_interval(secs => $1))", alive_within)
+
+
+async def leaders(conn: asyncpg.Connection, loop: str) -> list[str]:
+    """The workers the report says lead ``loop``."""
+    return [str(r["worker_id"]) for r in await report(conn) if r["loop"] == loop and r["leader"]]
