@@ -144,10 +144,13 @@ async def test_one_process_leads_and_the_lead_passes_when_it_stops(make_hub, adm
                          timeout=LEASE_SECONDS, step=0.02)
         assert time.monotonic() - started < LEASE_SECONDS
         assert await lock_holders(admin_conn, "test.solo") == [other.supervisor.application_name("solo")]
-        rows = {r["worker_id"]: r for r in await admin_conn.fetch(
-            "SELECT * FROM mycelium.worker_report() WHERE loop = 'solo'")}
-        assert rows[leader_id]["state"] == "stopped"
-        assert rows[other.supervisor.worker_id]["leader"] is True
+        # the report follows with the new leader's next beat (sent at once on the change)
+        async def reported():
+            rows = {r["worker_id"]: r for r in await admin_conn.fetch(
+                "SELECT * FROM mycelium.worker_report() WHERE loop = 'solo'")}
+            return rows if rows[other.supervisor.worker_id]["leader"] else None
+        rows = await eventually(reported, timeout=5)
+        assert rows[leader_id]["state"] == "stopped" and rows[leader_id]["leader"] is False
     finally:
         for hub in (first, second):
             if hub.supervisor is not None:
