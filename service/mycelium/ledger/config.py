@@ -20,8 +20,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import yaml
-
 from mycelium.ledger.binding import ToolTransitionBinding
 from mycelium.ledger.decorators import LEDGER_ATTR, ledger, ledger_sync
 from mycelium.ledger.ledger import ActionLedger
@@ -250,6 +248,8 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 def load_config(path: str | Path) -> LedgerConfig:
     """Read a mycelium.yaml (see the module docstring for the sections used)."""
+    import yaml  # here, not at the top: importing the SDK does not load the YAML parser
+
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
