@@ -3,7 +3,7 @@
 The transition ledger SDK's public names are importable from here (``from mycelium import ledger_sync``).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 from mycelium.ledger.binding import ToolTransitionBinding
 from mycelium.ledger.config import LedgerConfig, load_config
