@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from mycelium.mirror.files import MAX_NAME_BYTES, decode_name, encode_name, key_of, memory_path, write_if_changed
+from mycelium.mirror.files import (
+    MAX_NAME_BYTES,
+    decode_name,
+    encode_name,
+    key_of,
+    memory_path,
+    write_if_changed,
+)
 
 KEYS = [
     "notes/plan", "notes/Plan", "NOTES/plan", "notes/plan.md", "notes.md/plan", "a" * 512, "🚀" * 128,
