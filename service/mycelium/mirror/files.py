@@ -35,7 +35,7 @@ FILE_MODE = 0o644
 DIR_MODE = 0o755
 
 _ESCAPED = set('<>:"\\|?*%~')
-_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
+_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"{port}{i}" for port in ("COM", "LPT") for i in range(1, 10))}
 _MARK = 10  # hex digits of a marker
 
 
