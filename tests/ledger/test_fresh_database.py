@@ -26,7 +26,7 @@ from mycelium import (
     ledger_sync,
     load_config,
 )
-from mycelium.db import migrate
+from mycelium.db import migrate, schema
 from mycelium.ledger.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,7 +112,7 @@ async def test_a_fresh_database_gets_the_schema_at_head_and_the_call_is_ledgered
     [version] = await fetch(empty_dsn, "SELECT version_num FROM alembic_version")
     assert version["version_num"] == migrate.head_revision()
     assert await migrate.current_revision(empty_dsn) == migrate.head_revision()
-    assert "installed the hub's schema" in caplog.text  # not silently
+    assert "had no hub schema: it is at revision" in caplog.text  # not silently
     # the verbs run as the app role, which writes no table itself
     [app] = await fetch(empty_dsn, "SELECT has_table_privilege('mycelium_app', 'mycelium.transitions',"
                                    " 'INSERT') AS may")
@@ -130,7 +130,7 @@ async def test_a_second_store_on_an_installed_database_installs_nothing(empty_ds
             await second.connections()
     finally:
         await close(second)
-    assert "installed" not in caplog.text
+    assert "no hub schema" not in caplog.text
 
 
 def test_a_sync_tool_on_a_fresh_database(empty_dsn):
@@ -187,8 +187,7 @@ async def test_install_schema_off_works_on_a_migrated_database(db_dsn):
 
 
 async def test_a_database_at_an_older_revision_is_refused_and_left_as_it_was(empty_dsn):
-    revisions = [line.split()[0] for line in migrate_history()]
-    older = revisions[-2]
+    older = schema.revisions()[-2]
     await asyncio.to_thread(migrate.upgrade, empty_dsn, older)
     store = PostgresLedgerStorage(empty_dsn)
     ran: list[int] = []
@@ -207,12 +206,41 @@ async def test_a_database_at_an_older_revision_is_refused_and_left_as_it_was(emp
     assert await migrate.current_revision(empty_dsn) == older
 
 
-def migrate_history() -> list[str]:
-    """Revision ids, oldest first."""
-    from alembic.script import ScriptDirectory
+async def test_a_later_releases_schema_is_used_as_it_is(db_dsn):
+    """During a rolling upgrade the database may be a release ahead of this SDK; its migrations keep
+    the verbs this release calls, so the store carries on (as an older hub replica does)."""
+    conn = await asyncpg.connect(db_dsn)
+    try:
+        await conn.execute("UPDATE alembic_version SET version_num = '9999_a_later_release'")
+    finally:
+        await conn.close()
+    store = PostgresLedgerStorage(db_dsn)
 
-    script = ScriptDirectory.from_config(migrate.alembic_config("postgresql://x@/x"))
-    return [rev.revision for rev in reversed(list(script.walk_revisions()))]
+    @ledger(action_ledger=ActionLedger(store, agent_id="a"), transition_binding=KEYED)
+    async def charge(cents: int) -> dict:
+        return {"charged": cents}
+
+    try:
+        assert await charge(4, tool_call_id="c1") == {"charged": 4}
+    finally:
+        await close(store)
+
+
+async def test_a_read_only_database_is_refused_with_what_failed_and_nothing_installed(empty_dsn, pg_server):
+    """A hot standby, or a database set read-only: the install fails on the server's refusal."""
+    name = urlsplit(empty_dsn).path.lstrip("/")
+    conn = await pg_server.admin()
+    try:
+        await conn.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    finally:
+        await conn.close()
+    store = PostgresLedgerStorage(empty_dsn)
+    try:
+        with pytest.raises(LedgerSchemaError, match=r"ReadOnlySQLTransaction.*mycelium db upgrade"):
+            await store.connections()
+    finally:
+        await close(store)
+    assert await hub_objects(empty_dsn) == (False, False)
 
 
 async def test_a_user_who_may_not_install_is_refused_at_once_and_nothing_is_created(

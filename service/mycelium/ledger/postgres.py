@@ -7,8 +7,9 @@ The store's first connection checks the hub's schema, before anything else runs 
 that never had it gets it installed (``install_schema=True``, the default: the same definitions
 ``mycelium db upgrade`` applies, recorded at the same revision, so the hub's migrations carry on from
 there), or is refused at once (``install_schema=False``). A database at an older revision is never
-upgraded from here: the store refuses it and names ``mycelium db upgrade``. So is a database the
-connecting user may not install into. Either refusal is a :class:`LedgerSchemaError`.
+upgraded from here: the store refuses it and names ``mycelium db upgrade``; so is a database the
+connecting user may not install into. Every such refusal is a :class:`LedgerSchemaError`. A later
+release's revision is used as it is (see :func:`ensure_schema`).
 """
 
 from __future__ import annotations
@@ -57,20 +58,32 @@ def translate(exc: BaseException) -> LedgerError:
 
 async def ensure_schema(conn: asyncpg.Connection, install: bool) -> None:
     """Make sure the hub's schema is there, as the module docstring says; raise LedgerSchemaError
-    when it is not and will not be."""
+    when it is not and will not be.
+
+    A revision this release does not know is a later release's: its migrations keep the verbs this
+    release calls (expand, then contract a release later), so the store uses it, as an older hub
+    replica does during a rolling upgrade.
+    """
     from mycelium.db import schema
 
     before = await schema.installed_revision(conn)
-    if before is None and not install:
-        database, user = await conn.fetchrow("SELECT current_database(), current_user")
+    if before is not None:
+        known = schema.revisions()
+        if before in known and before != schema.head():
+            raise LedgerSchemaError(
+                f"the database is at schema revision {before}, this release needs {schema.head()}: "
+                "run `mycelium db upgrade --database-url <dsn>` (the hub's CLI: pip install "
+                "'mycelium-hub[hub]'); the ledger never migrates a database itself"
+            )
+        return
+    database, user = await conn.fetchrow("SELECT current_database(), current_user")
+    if not install:
         raise LedgerSchemaError(
             f"database {database!r} has no hub schema (schema mycelium) and this store does not "
             "install it (install_schema is off): run `mycelium db upgrade --database-url <dsn>` "
             "(the hub's CLI: pip install 'mycelium-hub[hub]'), or let the store install it "
             f"(install_schema=True) as a user who may (connected as {user!r})"
         )
-    if not install:
-        return
     try:
         revision = await schema.install(conn)
     except schema.SchemaRefused as exc:
@@ -80,13 +93,11 @@ async def ensure_schema(conn: asyncpg.Connection, install: bool) -> None:
             f"installing the hub's schema failed ({type(exc).__name__}: {exc}); nothing was "
             "installed: fix the cause, then run `mycelium db upgrade --database-url <dsn>`"
         ) from exc
-    if before is None:
-        database, user = await conn.fetchrow("SELECT current_database(), current_user")
-        log.warning(
-            "installed the hub's schema at revision %s in database %r as %r (schema mycelium, its "
-            "roles and extensions; `mycelium db upgrade` carries it on)",
-            revision, database, user,
-        )
+    log.warning(
+        "database %r had no hub schema: it is at revision %s now, installed from this package as %r "
+        "(schema mycelium, its roles and extensions; `mycelium db upgrade` carries it on)",
+        database, revision, user,
+    )
 
 
 class PostgresLedgerStorage:
@@ -94,7 +105,7 @@ class PostgresLedgerStorage:
 
     ``install_schema`` (default True): on a database that never had the hub's schema, install it at
     the first connection; False refuses such a database instead. A database at an older revision is
-    refused either way (``mycelium db upgrade`` moves it on).
+    refused either way (``mycelium db upgrade`` moves it on); a later release's is used.
     """
 
     def __init__(
