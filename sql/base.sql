@@ -16,7 +16,7 @@ BEGIN
     DETAIL = (coalesce(extra, '{}'::jsonb) || jsonb_build_object('error', error))::text;
 END
 $$;
-COMMENT ON FUNCTION mycelium.refuse IS 'Raise a refusal: SQLSTATE MY<status>, a sentence, and a JSON detail.';
+COMMENT ON FUNCTION mycelium.refuse(integer,text,text,jsonb) IS 'Raise a refusal: SQLSTATE MY<status>, a sentence, and a JSON detail.';
 
 -- One row: this store's identity (reported by /health, stamped into exports).
 CREATE TABLE mycelium.store (

@@ -38,7 +38,7 @@ BEGIN
   RETURN woken;
 END
 $$;
-COMMENT ON FUNCTION mycelium.message_wakes IS
+COMMENT ON FUNCTION mycelium.message_wakes(text,text,text,text,text[],text) IS
   'The handles a message is a turn for: recipients and @-mentions of a non-control exchange, minus its sender.';
 
 -- Derived from the row itself, never from the writer: the write gate's BEFORE INSERT trigger

@@ -97,7 +97,7 @@ BEGIN
   END IF;
 END
 $$;
-COMMENT ON FUNCTION mycelium.check_thread_write IS
+COMMENT ON FUNCTION mycelium.check_thread_write(text,text,text) IS
   'The thread write gate (404 unknown thread, 403 outside a frozen roster, 409 not admitted by the floor).';
 
 -- Named to fire before messages_before_insert (which allocates the position): a refused write

@@ -17,7 +17,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     btrim(split_part(ltrim(btrim(p_raw, E' \t\n\r\f\v'), '@'), '#', 1), E' \t\n\r\f\v'),
     'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
 $$;
-COMMENT ON FUNCTION mycelium.normalize_handle IS
+COMMENT ON FUNCTION mycelium.normalize_handle(text) IS
   'The one spelling of a handle: no @, no #session suffix, no surrounding whitespace, A-Z lowercased.';
 
 -- Is p_handle already in its one spelling? (PL/pgSQL for the CHECKs of hot tables: a CHECK is

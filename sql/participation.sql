@@ -234,7 +234,7 @@ BEGIN
   END IF;
 END
 $$;
-COMMENT ON FUNCTION mycelium.take_next IS
+COMMENT ON FUNCTION mycelium.take_next(text,text,text,double precision) IS
   'await: the next message addressed to a handle, delivered exactly once, from its durable cursor.';
 
 -- A member's reply: an exchange with payload type `reply`, through the same write gate. p_data is

@@ -25,7 +25,7 @@ CREATE OR REPLACE FUNCTION mycelium.side_effect_class(p text) RETURNS text LANGU
     WHEN 'irreversible' THEN 'irreversible' WHEN 'onchain_action' THEN 'irreversible'
   END
 $$;
-COMMENT ON FUNCTION mycelium.side_effect_class IS
+COMMENT ON FUNCTION mycelium.side_effect_class(text) IS
   'The canonical side-effect class of a class name or legacy alias; NULL when unknown.';
 
 CREATE OR REPLACE FUNCTION mycelium.default_retry_permission(p_class text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
@@ -336,7 +336,7 @@ CREATE OR REPLACE FUNCTION mycelium.transition_gate(
     ELSE 'HARD_BLOCK'
   END
 $$;
-COMMENT ON FUNCTION mycelium.transition_gate IS
+COMMENT ON FUNCTION mycelium.transition_gate(text,text,text,text,text,boolean,boolean,text,text,boolean) IS
   'The resolution gate for a redispatch (contracts/transition-gates.json, tables side_effecting and read_only).';
 
 -- What the claim does after the gate (contracts/transition-gates.json, table claim_actions).
@@ -578,7 +578,7 @@ BEGIN
   RETURN ROW(gate, act, repaired, t)::mycelium.claim;
 END
 $$;
-COMMENT ON FUNCTION mycelium.claim_transition IS
+COMMENT ON FUNCTION mycelium.claim_transition(text,text,text,text,text,text,text,double precision,text,text,text,text,jsonb,text,text,text,text,double precision,text,boolean,boolean,boolean,double precision) IS
   'Claim a transition: under the row lock, evaluate the gate and act (run, return, poll, reconcile, soft_block, hard_block).';
 
 -- ---------------------------------------------------------------------------------------------

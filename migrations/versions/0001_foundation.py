@@ -7,7 +7,7 @@ Create Date: 2026-11-30
 
 from alembic import op
 
-from mycelium.db.migrate import apply_sql, drop_sql
+from mycelium.db.migrate import apply_frozen, run_as_owner
 
 revision = "0001_foundation"
 down_revision = None
@@ -16,9 +16,9 @@ depends_on = None
 
 
 def upgrade() -> None:
-    apply_sql(op, "base.sql", "rooms.sql", "memories.sql", "links.sql")
+    apply_frozen(op, "0001_foundation.sql")
 
 
 def downgrade() -> None:
     # Roles are cluster-wide and may serve other databases: they stay.
-    drop_sql(op, "DROP SCHEMA IF EXISTS mycelium CASCADE")
+    run_as_owner(op, "DROP SCHEMA IF EXISTS mycelium CASCADE")

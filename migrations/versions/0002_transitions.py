@@ -7,7 +7,7 @@ Create Date: 2026-11-30
 
 from alembic import op
 
-from mycelium.db.migrate import apply_sql, drop_sql
+from mycelium.db.migrate import apply_frozen, run_as_owner
 
 revision = "0002_transitions"
 down_revision = "0001_foundation"
@@ -16,11 +16,11 @@ depends_on = None
 
 
 def upgrade() -> None:
-    apply_sql(op, "transitions.sql", "receipts.sql")
+    apply_frozen(op, "0002_transitions.sql")
 
 
 def downgrade() -> None:
-    drop_sql(op, """
+    run_as_owner(op, """
       DO $drop$
       DECLARE
         sigs text[];

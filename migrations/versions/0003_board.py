@@ -7,7 +7,7 @@ Create Date: 2026-11-30
 
 from alembic import op
 
-from mycelium.db.migrate import apply_sql, drop_sql
+from mycelium.db.migrate import apply_frozen, run_as_owner
 
 revision = "0003_board"
 down_revision = "0002_transitions"
@@ -16,12 +16,12 @@ depends_on = None
 
 
 def upgrade() -> None:
-    apply_sql(op, "messages.sql", "board.sql", "assignments.sql")
+    apply_frozen(op, "0003_board.sql")
 
 
 def downgrade() -> None:
     # the board first (its triggers sit on memories and memory_links, its notices in messages)
-    drop_sql(op, """
+    run_as_owner(op, """
       DROP TRIGGER IF EXISTS board_rows_filed ON mycelium.memories;
       DROP TRIGGER IF EXISTS board_rows_moved ON mycelium.memories;
       DROP TRIGGER IF EXISTS board_rows_no_lease_fields ON mycelium.memories;
@@ -97,7 +97,7 @@ def downgrade() -> None:
       DROP FUNCTION IF EXISTS mycelium.board_namespaces();
       DELETE FROM mycelium.config WHERE name = 'board.dependency_gate';
     """)
-    drop_sql(op, """
+    run_as_owner(op, """
       DROP FUNCTION IF EXISTS mycelium.post_notice(text, text, text, jsonb);
       DROP TABLE IF EXISTS mycelium.messages;
       DROP TABLE IF EXISTS mycelium.message_positions;

@@ -8,16 +8,14 @@ Create Date: 2026-11-30
 
 from alembic import op
 
-from mycelium.db.migrate import apply_sql, drop_sql, run_script
+from mycelium.db.migrate import apply_frozen, run_as_owner
 
 revision = "0004_conversations"
 down_revision = "0003_board"
 branch_labels = None
 depends_on = None
 
-FILES = ("handles.sql", "conversations.sql", "floors.sql", "participation.sql", "message_search.sql")
-
-# Every function the files above define (dropped by name, whatever the signature).
+# Every function this revision defines (dropped by name, whatever the signature).
 FUNCTIONS = (
     "normalize_handle", "handle_is_normalised", "handle_problem", "handle_problem_sentence", "require_handle",
     "mentions_in",
@@ -32,15 +30,12 @@ FUNCTIONS = (
 
 
 def upgrade() -> None:
-    # trigram indexes for substring search (a trusted contrib extension; like vector, it stays on
-    # downgrade, since other schemas may use it)
-    run_script(op, "CREATE EXTENSION IF NOT EXISTS pg_trgm")
-    apply_sql(op, *FILES)
+    apply_frozen(op, "0004_conversations.sql")
 
 
 def downgrade() -> None:
     names = ", ".join(f"'{name}'" for name in FUNCTIONS)
-    drop_sql(op, f"""
+    run_as_owner(op, f"""
       DROP TRIGGER IF EXISTS message_search_forget ON mycelium.rooms;
       DROP VIEW IF EXISTS mycelium.message_documents;
       DROP TABLE IF EXISTS mycelium.message_search CASCADE;

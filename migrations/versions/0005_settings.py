@@ -7,7 +7,7 @@ Create Date: 2026-11-30
 
 from alembic import op
 
-from mycelium.db.migrate import apply_sql, drop_sql
+from mycelium.db.migrate import apply_frozen, run_as_owner
 
 revision = "0005_settings"
 down_revision = "0004_conversations"
@@ -16,11 +16,12 @@ depends_on = None
 
 
 def upgrade() -> None:
-    apply_sql(op, "settings.sql")
+    apply_frozen(op, "0005_settings.sql")
 
 
 def downgrade() -> None:
-    drop_sql(op, """
+    run_as_owner(op, """
+      DROP FUNCTION IF EXISTS mycelium.schema_fingerprint(), mycelium.schema_catalogue();
       DROP TRIGGER IF EXISTS config_check ON mycelium.config;
       DROP FUNCTION IF EXISTS mycelium.write_setting(text, jsonb, text, text), mycelium.settings_of(text),
         mycelium.config_check(), mycelium.require_setting(text),

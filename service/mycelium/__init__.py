@@ -1,9 +1,17 @@
 """Mycelium hub: a coordination hub for AI agents where PostgreSQL enforces the invariants.
 
 The transition ledger SDK's public names are importable from here (``from mycelium import ledger_sync``).
+Importing the package loads the ledger's core only: the two stores, ``PostgresLedgerStorage``
+(asyncpg) and ``HubLedgerStorage`` (httpx), are imported when first named, and a decorated tool
+imports its store at its first call. Nothing of the hub's server stack is imported here.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.2.0.dev0"
 
 from mycelium.ledger.binding import ToolTransitionBinding
 from mycelium.ledger.config import LedgerConfig, load_config
@@ -27,6 +35,7 @@ from mycelium.ledger.errors import (
     LedgerPendingError,
     LedgerPollTimeoutError,
     LedgerReleaseRefusedError,
+    LedgerSchemaError,
     LedgerSoftBlockError,
     LedgerStorageUnavailableError,
     LedgerWorkerAliveError,
@@ -34,7 +43,6 @@ from mycelium.ledger.errors import (
     TaskLedgerPendingError,
     ToolCapabilityDeclarationError,
 )
-from mycelium.ledger.hub_http import HubLedgerStorage
 from mycelium.ledger.identity import execution_scope
 from mycelium.ledger.ledger import (
     ActionLedger,
@@ -45,9 +53,32 @@ from mycelium.ledger.ledger import (
     renew_lease,
     side_effect,
 )
-from mycelium.ledger.postgres import PostgresLedgerStorage
 from mycelium.ledger.reconcile import Reconciler, ReconcileResult, ReconcileStatus
 from mycelium.ledger.tasks import task_ledger, task_ledger_sync
+
+if TYPE_CHECKING:
+    from mycelium.ledger.hub_http import HubLedgerStorage
+    from mycelium.ledger.postgres import PostgresLedgerStorage
+
+#: public names whose modules are imported on first use (name -> module)
+_LAZY = {
+    "HubLedgerStorage": "mycelium.ledger.hub_http",
+    "PostgresLedgerStorage": "mycelium.ledger.postgres",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mycelium' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "ActionLedger",
@@ -62,6 +93,7 @@ __all__ = [
     "LedgerPendingError",
     "LedgerPollTimeoutError",
     "LedgerReleaseRefusedError",
+    "LedgerSchemaError",
     "LedgerSoftBlockError",
     "LedgerStorageUnavailableError",
     "LedgerWorkerAliveError",

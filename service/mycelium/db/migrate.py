@@ -1,8 +1,10 @@
-"""Schema migrations: Alembic revisions that apply the readable definitions in ``sql/``.
+"""Schema migrations, driven by Alembic.
 
-A revision names the ``sql/`` files it applies (see ``migrations/versions``). They run as the owner
-role ``mycelium_admin`` where the server has it, and ``sql/grants.sql`` re-applies the privilege policy
-after every revision, so new objects follow the same rules as old ones.
+A run creates the roles and extensions, applies the revisions the database lacks (frozen: each
+revision's SQL is fixed when it is released; tables, columns, indexes and data change only through a
+new one), then re-applies the database's code from ``sql/`` (see :mod:`mycelium.db.schema`) and the
+privilege policy (``sql/grants.sql``), all in one transaction. Revisions and code run as the owner
+role ``mycelium_admin`` where the server has it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 
-from mycelium.paths import migrations_dir, sql_dir
+from mycelium.db import schema
+from mycelium.paths import migrations_dir
 
 
 def sqlalchemy_url(dsn: str) -> str:
@@ -50,58 +53,64 @@ async def current_revision(dsn: str) -> str | None:
 
     conn = await asyncpg.connect(dsn)
     try:
-        if await conn.fetchval("SELECT to_regclass('public.alembic_version') IS NULL"):
-            return None
-        return await conn.fetchval("SELECT version_num FROM alembic_version")
+        return await schema.installed_revision(conn)
     finally:
         await conn.close()
 
 
-def head_revision() -> str | None:
-    from alembic.script import ScriptDirectory
-
-    return ScriptDirectory.from_config(alembic_config("postgresql://x@/x")).get_current_head()
+def head_revision() -> str:
+    return schema.head()
 
 
-# -- used from inside revisions --------------------------------------------------------------------
+# -- used from migrations/env.py and inside revisions -------------------------------------------------
 
-def _driver(op: Any) -> tuple[Any, Any]:
+def run_on(connection: Any, script: str) -> None:
+    """Run a multi-statement SQL script on a migration connection, inside its transaction."""
     from sqlalchemy.util import await_only
 
-    bind = op.get_bind()
-    bind.exec_driver_sql("SELECT 1")  # make sure the migration transaction has begun
-    return bind.connection.driver_connection, await_only
+    connection.exec_driver_sql("SELECT 1")  # make sure the migration transaction has begun
+    await_only(connection.connection.driver_connection.execute(script))
 
 
 def run_script(op: Any, script: str) -> None:
-    """Run a multi-statement SQL script inside the migration's transaction."""
-    raw, await_only = _driver(op)
-    await_only(raw.execute(script))
+    run_on(op.get_bind(), script)
 
 
-def apply_sql(op: Any, *files: str) -> None:
-    """Apply ``sql/<file>`` scripts in order as the owner role, then re-apply the grants (as the
-    migrating user, who also owns Alembic's version table)."""
-    folder = sql_dir()
-    run_script(op, (folder / "roles.sql").read_text())
-    run_script(op, "CREATE EXTENSION IF NOT EXISTS vector")
-    run_script(
-        op,
-        "DO $$ BEGIN IF pg_has_role(current_user, 'mycelium_admin', 'MEMBER') THEN "
-        "SET LOCAL ROLE mycelium_admin; END IF; END $$",
-    )
-    for name in files:
-        run_script(op, (folder / name).read_text())
-    run_script(op, "RESET ROLE")
-    run_script(op, (folder / "grants.sql").read_text())
+def run_as_owner(op: Any, script: str) -> None:
+    """Run a script as the owner role ``mycelium_admin`` (where the migrating user may)."""
+    run_script(op, schema.as_owner(script))
 
 
-def drop_sql(op: Any, script: str) -> None:
-    """Run a downgrade script as the owner role."""
-    run_script(
-        op,
-        "DO $$ BEGIN IF pg_has_role(current_user, 'mycelium_admin', 'MEMBER') THEN "
-        "SET LOCAL ROLE mycelium_admin; END IF; END $$",
-    )
-    run_script(op, script)
-    run_script(op, "RESET ROLE")
+def apply_frozen(op: Any, name: str) -> None:
+    """Apply a revision's frozen SQL file (``migrations/versions/<name>``) as the owner role."""
+    run_as_owner(op, (migrations_dir() / "versions" / name).read_text())
+
+
+def frozen_code(revision: str) -> str:
+    """The code (functions, views, triggers) of a database at an older ``revision``: the newest
+    release snapshot up to it (``<rev>.code.sql``, the whole code of the release that ends at
+    ``rev``), then the code statements of the frozen files of the revisions after that snapshot,
+    in order. Before the first snapshot, the frozen files from the first revision on."""
+    chain = schema.revisions()
+    if revision not in chain:
+        raise ValueError(f"unknown revision {revision!r}")
+    versions = migrations_dir() / "versions"
+    upto = chain[: chain.index(revision) + 1]
+    start = max((i for i, rev in enumerate(upto) if (versions / f"{rev}.code.sql").exists()), default=-1)
+    parts = [(versions / f"{upto[start]}.code.sql").read_text()] if start >= 0 else []
+    for rev in upto[start + 1:]:
+        path = versions / f"{rev}.sql"
+        if path.exists():
+            parts.append(schema.code_of(path.read_text()))
+    return "\n".join(parts)
+
+
+def finish(connection: Any, revision: str | None) -> None:
+    """The end of every migration run, in its transaction: the code of the revision the database
+    is now at (``sql/`` at the head, the frozen files below it) replaces what is there, what it
+    leaves out is dropped, and the privileges are applied again."""
+    if revision is None:
+        return  # everything the hub created is gone
+    code = schema.current_code() if revision == schema.head() else frozen_code(revision)
+    run_on(connection, schema.reapply(code))
+    run_on(connection, schema.grants())

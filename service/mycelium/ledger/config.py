@@ -1,7 +1,8 @@
 """YAML configuration: ``load_config(path).instrument(module)`` wraps the configured tools and tasks.
 
 Sections read: ``transition`` (agent, policy, lease and polling), ``action_ledger`` / ``task_ledger``
-(the store: ``storage: postgres`` with ``dsn``/``dsn_env``, or ``storage: hub`` with
+(the store: ``storage: postgres`` with ``dsn``/``dsn_env`` and ``install_schema`` (default true:
+install the hub's schema in a database that never had it), or ``storage: hub`` with
 ``url``/``url_env``; which tools or tasks are ledgered), ``tools`` and ``tasks`` (``callable:
 module:function``, ``side_effect_class`` and the other envelope fields), ``audit_receipt`` (receipts
 are always written by the database and signed by the hub; the section is accepted for compatibility).
@@ -19,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-
-import yaml
 
 from mycelium.ledger.binding import ToolTransitionBinding
 from mycelium.ledger.decorators import LEDGER_ATTR, ledger, ledger_sync
@@ -87,10 +86,17 @@ def _store_url(section: dict[str, Any], name: str) -> str | None:
     )
 
 
+def _install_schema(section: dict[str, Any], name: str) -> bool:
+    value = section.get("install_schema", True)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name}.install_schema must be true or false, got {value!r}")
+    return value
+
+
 @dataclass
 class LedgerConfig:
     data: dict[str, Any]
-    _ledgers: dict[str, ActionLedger] = field(default_factory=dict)
+    _ledgers: dict[tuple[str, bool], ActionLedger] = field(default_factory=dict)
 
     # -- sections ----------------------------------------------------------------------------------
 
@@ -118,16 +124,18 @@ class LedgerConfig:
 
     def action_ledger(self, section: str = "action_ledger") -> ActionLedger:
         """The ActionLedger for tools (``action_ledger``) or tasks (``task_ledger``); one per store."""
-        url = _store_url(dict(self.data.get(section) or {}), section) or default_url()
-        led = self._ledgers.get(url)
+        settings = dict(self.data.get(section) or {})
+        url = _store_url(settings, section) or default_url()
+        install = _install_schema(settings, section)
+        led = self._ledgers.get((url, install))
         if led is None:
             t = self.transition
             lease_ttl = float(t.get("lease_ttl", 3600))
             dead = t.get("presumed_dead_after")
             if t.get("reclaim_requires_death_signal") and dead is None:
                 dead = 2 * lease_ttl
-            led = self._ledgers[url] = ActionLedger(
-                storage_for(url),
+            led = self._ledgers[(url, install)] = ActionLedger(
+                storage_for(url, install_schema=install),
                 agent_id=str(t.get("agent_id", "")),
                 policy_version=str(t.get("policy_version", "")),
                 lease_ttl=lease_ttl,
@@ -250,6 +258,8 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 def load_config(path: str | Path) -> LedgerConfig:
     """Read a mycelium.yaml (see the module docstring for the sections used)."""
+    import yaml  # here, not at the top: importing the SDK does not load the YAML parser
+
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
@@ -258,6 +268,8 @@ def load_config(path: str | Path) -> LedgerConfig:
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     for section in sorted(set(data) - KNOWN):
         log.warning("%s: section %r is not supported by this SDK and is ignored", path, section)
+    for section in ("action_ledger", "task_ledger"):
+        _install_schema(dict(data.get(section) or {}), section)
     cfg = LedgerConfig(data)
     if cfg.transition:
         for name in cfg.ledgered_tools():

@@ -65,6 +65,11 @@ class LedgerStorageUnavailableError(LedgerError):
     """The ledger's store could not be reached or failed; the original error is ``__cause__``."""
 
 
+class LedgerSchemaError(LedgerStorageUnavailableError):
+    """The store's database lacks the hub's schema (or holds an older one) and it was not installed:
+    the message says why and names the command that installs or upgrades it."""
+
+
 class ToolCapabilityDeclarationError(ValueError):
     """A declared capability is looser than the class and its mechanisms can ever justify."""
 

@@ -2,11 +2,20 @@
 
 One connection set per event loop (asyncpg connections belong to the loop that made them): async
 tools use their own loop's; sync tools go through a private loop thread and its set.
+
+The store's first connection checks the hub's schema, before anything else runs on it. A database
+that never had it gets it installed (``install_schema=True``, the default: the same definitions
+``mycelium db upgrade`` applies, recorded at the same revision, so the hub's migrations carry on from
+there), or is refused at once (``install_schema=False``). A database at an older revision is never
+upgraded from here: the store refuses it and names ``mycelium db upgrade``; so is a database the
+connecting user may not install into. Every such refusal is a :class:`LedgerSchemaError`. A later
+release's revision is used as it is (see :func:`ensure_schema`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
@@ -19,10 +28,17 @@ from mycelium.db.queries import q
 from mycelium.errors import refusal_from_db
 from mycelium.ledger.bridge import LoopThread
 from mycelium.ledger.connections import ConnectionSet
-from mycelium.ledger.errors import LedgerError, LedgerStorageUnavailableError, ledger_error
+from mycelium.ledger.errors import (
+    LedgerError,
+    LedgerSchemaError,
+    LedgerStorageUnavailableError,
+    ledger_error,
+)
 from mycelium.ledger.record import Claim, ClaimRequest, Transition
 
 T = TypeVar("T")
+
+log = logging.getLogger("mycelium.ledger.postgres")
 
 _encode = msgspec.json.Encoder(enc_hook=str).encode
 
@@ -40,8 +56,57 @@ def translate(exc: BaseException) -> LedgerError:
     return LedgerStorageUnavailableError(f"the ledger database failed: {type(exc).__name__}: {exc}")
 
 
+async def ensure_schema(conn: asyncpg.Connection, install: bool) -> None:
+    """Make sure the hub's schema is there, as the module docstring says; raise LedgerSchemaError
+    when it is not and will not be.
+
+    A revision this release does not know is a later release's: its migrations keep the verbs this
+    release calls (expand, then contract a release later), so the store uses it, as an older hub
+    replica does during a rolling upgrade.
+    """
+    from mycelium.db import schema
+
+    before = await schema.installed_revision(conn)
+    if before is not None:
+        known = schema.revisions()
+        if before in known and before != schema.head():
+            raise LedgerSchemaError(
+                f"the database is at schema revision {before}, this release needs {schema.head()}: "
+                "run `mycelium db upgrade --database-url <dsn>` (the hub's CLI: pip install "
+                "'mycelium-hub[hub]'); the ledger never migrates a database itself"
+            )
+        return
+    database, user = await conn.fetchrow("SELECT current_database(), current_user")
+    if not install:
+        raise LedgerSchemaError(
+            f"database {database!r} has no hub schema (schema mycelium) and this store does not "
+            "install it (install_schema is off): run `mycelium db upgrade --database-url <dsn>` "
+            "(the hub's CLI: pip install 'mycelium-hub[hub]'), or let the store install it "
+            f"(install_schema=True) as a user who may (connected as {user!r})"
+        )
+    try:
+        revision = await schema.install(conn)
+    except schema.SchemaRefused as exc:
+        raise LedgerSchemaError(str(exc)) from exc
+    except asyncpg.PostgresError as exc:  # the server refused a statement of the install
+        raise LedgerSchemaError(
+            f"installing the hub's schema failed ({type(exc).__name__}: {exc}); nothing was "
+            "installed: fix the cause, then run `mycelium db upgrade --database-url <dsn>`"
+        ) from exc
+    log.warning(
+        "database %r had no hub schema: it is at revision %s now, installed from this package as %r "
+        "(schema mycelium, its roles and extensions; `mycelium db upgrade` carries it on)",
+        database, revision, user,
+    )
+
+
 class PostgresLedgerStorage:
-    """``PostgresLedgerStorage(dsn)``: transitions in the hub's database (schema ``mycelium``)."""
+    """``PostgresLedgerStorage(dsn)``: transitions in the hub's database (schema ``mycelium``).
+
+    ``install_schema`` (default True): on a database that never had the hub's schema, install it at
+    the first connection; False refuses such a database instead. A database at an older revision is
+    refused either way (``mycelium db upgrade`` moves it on); a later release's is used.
+    """
 
     def __init__(
         self,
@@ -51,9 +116,12 @@ class PostgresLedgerStorage:
         max_size: int = 10,
         role: str | None = "mycelium_app",
         command_timeout: float = 30.0,
+        install_schema: bool = True,
     ) -> None:
         self.dsn = dsn
+        self.install_schema = install_schema
         self._min, self._max, self._role, self._timeout = min_size, max_size, role, command_timeout
+        self._schema_checked = False
         self._conns: dict[asyncio.AbstractEventLoop, ConnectionSet] = {}
         self._conn_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
         self._guard = threading.Lock()
@@ -81,6 +149,10 @@ class PostgresLedgerStorage:
         try:
             # the set times only the verbs: the set-up statements keep the store's timeout here
             async with asyncio.timeout(self._timeout):
+                if not self._schema_checked:
+                    # as the connecting user, before _init's SET ROLE (the app role installs nothing)
+                    await ensure_schema(conn, self.install_schema)
+                    self._schema_checked = True
                 await self._init(conn)
         except BaseException:
             conn.terminate()
@@ -101,6 +173,9 @@ class PostgresLedgerStorage:
                 conns = ConnectionSet(self._open, self._max, self._timeout)
                 try:
                     await conns.fill(self._min)
+                except LedgerError:
+                    await conns.close()
+                    raise
                 except Exception as exc:
                     await conns.close()
                     raise translate(exc) from exc

@@ -14,8 +14,9 @@ _shared: dict[str, ActionLedger] = {}
 _lock = threading.Lock()
 
 
-def storage_for(url: str) -> LedgerStorage:
-    """A store for a URL: ``postgresql://…`` directly, ``http(s)://…`` through the hub."""
+def storage_for(url: str, *, install_schema: bool = True) -> LedgerStorage:
+    """A store for a URL: ``postgresql://…`` directly, ``http(s)://…`` through the hub.
+    ``install_schema`` is the Postgres store's (see :class:`PostgresLedgerStorage`)."""
     if url.startswith(("http://", "https://")):
         from mycelium.ledger.hub_http import HubLedgerStorage
 
@@ -23,7 +24,7 @@ def storage_for(url: str) -> LedgerStorage:
     if url.startswith(("postgresql://", "postgres://")):
         from mycelium.ledger.postgres import PostgresLedgerStorage
 
-        return PostgresLedgerStorage(url)
+        return PostgresLedgerStorage(url, install_schema=install_schema)
     raise ValueError(f"not a ledger URL (postgresql://… or http(s)://…): {url!r}")
 
 

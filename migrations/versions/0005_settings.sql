@@ -1,0 +1,219 @@
+-- Frozen: the definitions revision 0005_settings applied when it was released (0.1.0).
+-- Never edit this file: change sql/ and, for tables, add a new revision.
+
+-- ==== sql/settings.sql ====
+-- Hub settings: the closed catalogue of what mycelium.config may hold, with each setting's type,
+-- default and bounds, and the verbs that read and write them. The catalogue is enforced on the
+-- config table itself, so a setting written from psql is checked exactly like one written by the
+-- hub: an unknown name or a value of the wrong type never lands.
+
+CREATE TABLE mycelium.setting_kinds (
+  name text PRIMARY KEY CHECK (name ~ '^[a-z][a-z0-9_.]{0,63}$'),
+  value_type text NOT NULL CHECK (value_type IN ('boolean', 'number')),
+  default_value jsonb NOT NULL,
+  min_value double precision,
+  max_value double precision,
+  description text NOT NULL CHECK (btrim(description) <> ''),
+  CHECK (jsonb_typeof(default_value) = value_type),
+  CHECK (value_type = 'number' OR (min_value IS NULL AND max_value IS NULL))
+);
+COMMENT ON TABLE mycelium.setting_kinds IS
+  'The settings mycelium.config may hold: type, default, bounds. A room row overrides the hub row.';
+
+INSERT INTO mycelium.setting_kinds (name, value_type, default_value, min_value, max_value, description) VALUES
+  ('board.dependency_gate', 'boolean', 'false', NULL, NULL,
+   'A claim is refused while the row waits on unsettled board rows (force overrides).'),
+  ('presence.ttl_seconds', 'number', '90', 1, 86400,
+   'How long a handle stays present after its last await, in seconds.');
+
+-- Why a value does not fit a setting, or NULL when it does.
+CREATE OR REPLACE FUNCTION mycelium.setting_problem(k mycelium.setting_kinds, p_value jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE
+    WHEN jsonb_typeof(p_value) IS DISTINCT FROM k.value_type
+      THEN format('%s takes a %s, not %s', k.name, k.value_type, coalesce(p_value::text, 'nothing'))
+    WHEN k.min_value IS NOT NULL AND (p_value #>> '{}')::double precision < k.min_value
+      THEN format('%s is at least %s', k.name, k.min_value)
+    WHEN k.max_value IS NOT NULL AND (p_value #>> '{}')::double precision > k.max_value
+      THEN format('%s is at most %s', k.name, k.max_value)
+  END
+$$;
+
+-- Like require_room: refuse (404, naming the known settings) a name the catalogue does not hold.
+CREATE OR REPLACE FUNCTION mycelium.require_setting(p_name text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM mycelium.setting_kinds WHERE name = p_name) THEN
+    PERFORM mycelium.refuse(404, 'unknown_setting',
+      format('there is no setting %L (known: %s)', p_name,
+             (SELECT string_agg(name, ', ' ORDER BY name) FROM mycelium.setting_kinds)),
+      jsonb_build_object('name', p_name,
+                         'known', (SELECT jsonb_agg(name ORDER BY name) FROM mycelium.setting_kinds)));
+  END IF;
+END
+$$;
+
+-- Every config row names a known setting, in a room that exists, and holds a value that fits it
+-- (psql included; write_setting relies on this check for what it writes).
+CREATE OR REPLACE FUNCTION mycelium.config_check() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  k mycelium.setting_kinds;
+  problem text;
+BEGIN
+  SELECT * INTO k FROM mycelium.setting_kinds WHERE name = NEW.name;
+  IF NOT FOUND THEN
+    PERFORM mycelium.refuse(422, 'unknown_setting', format('there is no setting %L', NEW.name),
+                            jsonb_build_object('name', NEW.name));
+  END IF;
+  IF NEW.room <> '' THEN
+    PERFORM mycelium.require_room(NEW.room);
+  END IF;
+  problem := mycelium.setting_problem(k, NEW.value);
+  IF problem IS NOT NULL THEN
+    PERFORM mycelium.refuse(422, 'invalid_setting', problem,
+                            jsonb_build_object('name', NEW.name, 'value', NEW.value, 'type', k.value_type));
+  END IF;
+  RETURN NEW;
+END
+$$;
+CREATE OR REPLACE TRIGGER config_check BEFORE INSERT OR UPDATE ON mycelium.config
+  FOR EACH ROW EXECUTE FUNCTION mycelium.config_check();
+
+-- The settings as they apply to one room ('' = hub-wide): the value in force and where it comes
+-- from (room, hub or default), with the hub-wide and the room's own values beside it.
+CREATE TYPE mycelium.setting AS (
+  name text, value jsonb, source text, hub_value jsonb, room_value jsonb, value_type text,
+  default_value jsonb, min_value double precision, max_value double precision, description text,
+  updated_by text, updated_at timestamptz
+);
+
+CREATE OR REPLACE FUNCTION mycelium.settings_of(p_room text DEFAULT '') RETURNS SETOF mycelium.setting
+LANGUAGE sql STABLE AS $$
+  SELECT k.name,
+         coalesce(r.value, h.value, k.default_value),
+         CASE WHEN r.value IS NOT NULL THEN 'room' WHEN h.value IS NOT NULL THEN 'hub' ELSE 'default' END,
+         h.value, r.value, k.value_type, k.default_value, k.min_value, k.max_value, k.description,
+         coalesce(r.updated_by, h.updated_by), coalesce(r.updated_at, h.updated_at)
+  FROM mycelium.setting_kinds k
+  LEFT JOIN mycelium.config h ON h.room = '' AND h.name = k.name
+  LEFT JOIN mycelium.config r ON coalesce(p_room, '') <> '' AND r.room = p_room AND r.name = k.name
+  ORDER BY k.name
+$$;
+
+-- Write one setting for a room, or hub-wide with p_room '' or NULL; a NULL value clears it (the
+-- room then follows the hub, the hub its default). Returns the setting as it now applies there.
+CREATE OR REPLACE FUNCTION mycelium.write_setting(p_name text, p_value jsonb, p_room text DEFAULT '', p_by text DEFAULT NULL)
+RETURNS SETOF mycelium.setting LANGUAGE plpgsql AS $$
+DECLARE
+  room text := coalesce(p_room, '');
+BEGIN
+  PERFORM mycelium.require_setting(p_name);
+  -- a write's room and value are checked by the config table's trigger; a clear deletes, which
+  -- that trigger never sees
+  IF room <> '' AND (p_value IS NULL OR p_value = 'null'::jsonb) THEN
+    PERFORM mycelium.require_room(room);
+  END IF;
+  PERFORM mycelium.set_config(p_name, nullif(p_value, 'null'::jsonb), room, p_by);
+  RETURN QUERY SELECT * FROM mycelium.settings_of(room) s WHERE s.name = p_name;
+END
+$$;
+
+-- ==== sql/catalogue.sql ====
+-- The schema as a catalogue of named definitions, and its fingerprint.
+--
+-- One row per object of schema mycelium that decides behaviour: relations with their privileges,
+-- columns (position, type, nullability, default, generation), constraints, indexes, functions (the
+-- full definition with its attributes, digested, and privileges), triggers, views, policies,
+-- domains, types and sequences, and comments. Two databases with the same catalogue behave the
+-- same; the tests compare a database migrated from an earlier release with a fresh one this way, and
+-- /health reports the fingerprint, so replicas can tell they are on the same schema.
+
+CREATE OR REPLACE FUNCTION mycelium.schema_catalogue()
+RETURNS TABLE (kind text, name text, definition text) LANGUAGE sql STABLE AS $$
+  SELECT 'relation', c.relname, c.relkind::text || ' ' || coalesce(c.relacl::text, '')
+                                || CASE WHEN c.relrowsecurity THEN ' rls' ELSE '' END
+  FROM pg_class c
+  WHERE c.relnamespace = 'mycelium'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+  UNION ALL
+  SELECT 'column', c.relname || '.' || a.attname,
+         row_number() OVER (PARTITION BY c.oid ORDER BY a.attnum) || ' '
+         || format_type(a.atttypid, a.atttypmod)
+         || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+         || CASE a.attgenerated WHEN 's' THEN ' generated ' ELSE ' default ' END
+         || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+         || CASE WHEN a.attidentity <> '' THEN ' identity ' || a.attidentity::text ELSE '' END
+         || coalesce(' ' || a.attacl::text, '')
+  FROM pg_class c
+  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+  LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+  WHERE c.relnamespace = 'mycelium'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'c', 'f')
+  UNION ALL
+  SELECT 'constraint', coalesce(c.relname, t.typname) || '.' || k.conname, pg_get_constraintdef(k.oid)
+  FROM pg_constraint k
+  LEFT JOIN pg_class c ON c.oid = k.conrelid
+  LEFT JOIN pg_type t ON t.oid = k.contypid
+  WHERE k.connamespace = 'mycelium'::regnamespace
+  UNION ALL
+  SELECT 'index', c.relname, pg_get_indexdef(c.oid)
+  FROM pg_class c WHERE c.relnamespace = 'mycelium'::regnamespace AND c.relkind IN ('i', 'I')
+  UNION ALL
+  SELECT 'function', p.oid::regprocedure::text,
+         md5(pg_get_functiondef(p.oid)) || ' ' || coalesce(p.proacl::text, '')
+  FROM pg_proc p WHERE p.pronamespace = 'mycelium'::regnamespace AND p.prokind IN ('f', 'p', 'w')
+  UNION ALL
+  SELECT 'function', p.oid::regprocedure::text, 'aggregate ' || coalesce(p.proacl::text, '')
+  FROM pg_proc p WHERE p.pronamespace = 'mycelium'::regnamespace AND p.prokind = 'a'
+  UNION ALL
+  SELECT 'trigger', c.relname || '.' || g.tgname, pg_get_triggerdef(g.oid)
+         || CASE g.tgenabled WHEN 'D' THEN ' disabled' ELSE '' END
+  FROM pg_trigger g JOIN pg_class c ON c.oid = g.tgrelid
+  WHERE c.relnamespace = 'mycelium'::regnamespace AND NOT g.tgisinternal
+  UNION ALL
+  SELECT 'view', c.relname, md5(pg_get_viewdef(c.oid))
+  FROM pg_class c WHERE c.relnamespace = 'mycelium'::regnamespace AND c.relkind IN ('v', 'm')
+  UNION ALL
+  SELECT 'policy', p.tablename || '.' || p.policyname,
+         concat_ws(' ', p.permissive, p.roles::text, p.cmd, p.qual, p.with_check)
+  FROM pg_policies p WHERE p.schemaname = 'mycelium'
+  UNION ALL
+  SELECT 'type', t.typname,
+         t.typtype::text || ' ' || CASE WHEN t.typtype = 'd' THEN format_type(t.typbasetype, t.typtypmod)
+                                         || CASE WHEN t.typnotnull THEN ' not null' ELSE '' END
+                                         || coalesce(' default ' || t.typdefault, '')
+                                    ELSE '' END
+  FROM pg_type t
+  WHERE t.typnamespace = 'mycelium'::regnamespace AND t.typtype IN ('d', 'e', 'c')
+    AND (t.typtype <> 'c' OR (SELECT relkind FROM pg_class WHERE oid = t.typrelid) = 'c')
+  UNION ALL
+  SELECT 'sequence', c.relname,
+         concat_ws(' ', format_type(s.seqtypid, NULL), s.seqstart, s.seqincrement, s.seqmin, s.seqmax, s.seqcycle)
+  FROM pg_sequence s JOIN pg_class c ON c.oid = s.seqrelid
+  WHERE c.relnamespace = 'mycelium'::regnamespace
+  UNION ALL
+  SELECT 'comment', d.classoid::regclass::text || ' ' || coalesce(
+           (SELECT relname FROM pg_class WHERE oid = d.objoid AND d.classoid = 'pg_class'::regclass)
+             || coalesce('.' || (SELECT attname FROM pg_attribute WHERE attrelid = d.objoid AND attnum = d.objsubid
+                                 AND d.objsubid > 0), ''),
+           (SELECT oid::regprocedure::text FROM pg_proc WHERE oid = d.objoid AND d.classoid = 'pg_proc'::regclass),
+           d.objoid::text),
+         md5(d.description)
+  FROM pg_description d
+  WHERE (d.classoid = 'pg_class'::regclass
+         AND d.objoid IN (SELECT oid FROM pg_class WHERE relnamespace = 'mycelium'::regnamespace))
+     OR (d.classoid = 'pg_proc'::regclass
+         AND d.objoid IN (SELECT oid FROM pg_proc WHERE pronamespace = 'mycelium'::regnamespace))
+  UNION ALL
+  SELECT 'schema', n.nspname, coalesce(n.nspacl::text, '')
+  FROM pg_namespace n WHERE n.nspname = 'mycelium'
+$$;
+COMMENT ON FUNCTION mycelium.schema_catalogue() IS
+  'Every behaviour-deciding object of schema mycelium as (kind, name, definition) rows.';
+
+CREATE OR REPLACE FUNCTION mycelium.schema_fingerprint() RETURNS text LANGUAGE sql STABLE AS $$
+  SELECT encode(sha256(convert_to(
+           string_agg(kind || ' ' || name || ' ' || definition, E'\n' ORDER BY kind, name, definition),
+           'UTF8')), 'hex')
+  FROM mycelium.schema_catalogue()
+$$;
+COMMENT ON FUNCTION mycelium.schema_fingerprint() IS
+  'A digest of mycelium.schema_catalogue(): equal on two databases with the same schema.';
