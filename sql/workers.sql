@@ -29,7 +29,8 @@ COMMENT ON TABLE mycelium.worker_loops IS
   'One row per background loop of each process that runs them, beaten every few seconds (beat_worker).';
 CREATE INDEX worker_loops_heartbeat ON mycelium.worker_loops (heartbeat_at);
 
--- ---- definitions (CREATE OR REPLACE) ------------------------------------------------------------
+-- ---------------------------------------------------------------------------------------------
+-- Heartbeats, the report, forgetting.
 
 -- A process reports its loops: p_loops is a JSON array of objects with the loop's name ("loop"),
 -- "state", "leader", "backend_pid", "interval_seconds", "last_success_at", "last_error",

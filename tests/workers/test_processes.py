@@ -127,8 +127,15 @@ async def _leads(conn, worker_id: str) -> bool:
 
 async def test_two_workers_store_every_vector_once_and_sign_every_receipt_once(db_dsn, tmp_path, admin_conn,
                                                                                spawned):
+    env = {"MYCELIUM_EMBEDDER": "minilm"}
+    workers = [WorkerProcess(data_dir=tmp_path / f"w{i}", database_url=db_dsn, env=env,
+                             extra=["--only", "indexer,receipts"]) for i in range(2)]
+    spawned.extend(workers)
+    ids = [w.wait_ready() for w in workers]
+
     # every vector written is logged with the session that wrote it (the hub's own verbs run as the
-    # owner, so the log is written with the owner's rights)
+    # owner, so the log is written with the owner's rights); made once the workers are up, since an
+    # upgrade drops every trigger sql/ does not define
     await admin_conn.execute("""
         CREATE TABLE public.vector_writes (room text, key text, version integer, writer text);
         CREATE FUNCTION public.log_vector_write() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
@@ -139,11 +146,6 @@ async def test_two_workers_store_every_vector_once_and_sign_every_receipt_once(d
         CREATE TRIGGER log_vector_write AFTER UPDATE OF embedding ON mycelium.memories
           FOR EACH ROW WHEN (NEW.embedding IS NOT NULL) EXECUTE FUNCTION public.log_vector_write();
     """)
-    env = {"MYCELIUM_EMBEDDER": "minilm"}
-    workers = [WorkerProcess(data_dir=tmp_path / f"w{i}", database_url=db_dsn, env=env,
-                             extra=["--only", "indexer,receipts"]) for i in range(2)]
-    spawned.extend(workers)
-    ids = [w.wait_ready() for w in workers]
 
     n_memories, n_receipts = 192, 120
     await admin_conn.execute("SELECT mycelium.create_room('shared')")
