@@ -20,6 +20,11 @@ async def test_health_reports_versions_migration_embedder_and_store(client, admi
     assert body["migration"] == head_revision() == body["migration_head"]
     assert body["embedder"] == {"name": "minilm-l6-v2-int8", "dimensions": 384}
     assert body["store_id"] == str(await admin_conn.fetchval("SELECT id FROM mycelium.store"))
+    fingerprint = await admin_conn.fetchval("SELECT mycelium.schema_fingerprint()")
+    assert body["schema_fingerprint"] == fingerprint and len(fingerprint) == 64
+    # a change to the schema changes it
+    await admin_conn.execute("CREATE INDEX rooms_by_title ON mycelium.rooms (title)")
+    assert (await client.get("/health")).json()["schema_fingerprint"] != fingerprint
     # this process runs no loops, and nobody else does either
     assert (body["loops"], body["worker"], body["workers"], body["leaders"]) == ([], None, [], {})
 

@@ -1,7 +1,8 @@
 """``GET /health``: what this process runs on, what its background loops are doing, and every process
 running loops on the same database.
 
-``status`` is ``ok``, or ``degraded`` when a loop of this process is failing or stuck (``problems``
+``schema_fingerprint`` digests the database's whole schema (``mycelium.schema_fingerprint()``):
+replicas on one schema report the same one, whatever revision id they were told. ``status`` is ``ok``, or ``degraded`` when a loop of this process is failing or stuck (``problems``
 says which). The HTTP status stays 200 either way: the API of a degraded process still serves, so a
 load balancer must not take it out of rotation for a background loop; monitoring reads ``status``.
 ``workers`` lists the processes of the deployment that beat within the last
@@ -18,7 +19,7 @@ from litestar import get
 
 from mycelium import __version__
 from mycelium.api.deps import HubDep
-from mycelium.db.migrate import head_revision
+from mycelium.db import schema
 from mycelium.db.queries import q
 from mycelium.workers.loop import STUCK_INTERVALS
 from mycelium.workers.supervisor import ALIVE_SECONDS
@@ -59,7 +60,8 @@ async def health(hub: HubDep) -> dict[str, Any]:
             SELECT current_setting('server_version') AS postgres,
                    (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector,
                    (SELECT id::text FROM mycelium.store) AS store_id,
-                   (SELECT version_num FROM alembic_version LIMIT 1) AS migration
+                   (SELECT version_num FROM alembic_version LIMIT 1) AS migration,
+                   mycelium.schema_fingerprint() AS schema_fingerprint
             """
         )
         report = await conn.fetch(q("worker_report"), ALIVE_SECONDS)
@@ -75,7 +77,8 @@ async def health(hub: HubDep) -> dict[str, Any]:
         "postgres": row["postgres"],
         "pgvector": row["pgvector"],
         "migration": row["migration"],
-        "migration_head": head_revision(),
+        "migration_head": schema.head(),
+        "schema_fingerprint": row["schema_fingerprint"],
         "embedder": {"name": embedder.name, "dimensions": embedder.dimensions} if embedder else None,
         "store_id": row["store_id"],
         "database": "embedded" if hub.embedded is not None else "external",
