@@ -13,7 +13,9 @@ variants interleaved round-robin (so load on the machine hits them alike):
 
 The hub is a real ``mycelium up`` process on a database of the bench's own (embedder off, no
 mirror). Process time is user + system CPU of the child from ``os.wait4``; wall time is from just
-before the spawn to the reaped exit. Medians and p90 over the repetitions.
+before the spawn to the reaped exit. Medians and p90 over the repetitions. The children may write
+and use compiled bytecode (``PYTHONDONTWRITEBYTECODE`` is dropped), as an installed package's
+modules have it; the warm-up calls write it.
 
     python bench/cli.py                  # 40 repetitions of each, after 3 to warm up
     python bench/cli.py --reps 10 --no-write
@@ -79,7 +81,8 @@ def measure(args: argparse.Namespace, dsn: str) -> None:
     hub_dir = Path(tempfile.mkdtemp(prefix="mycelium-bench-hub-"))
     hub = HubProcess(data_dir=hub_dir / "data", database_url=dsn, extra=["--no-mirror", "--log-level", "warning"])
     env = {**os.environ, "MYCELIUM_API_URL": hub.url, "MYCELIUM_ROOM": ROOM}
-    env.pop("PYTHONPROFILEIMPORTTIME", None)
+    for name in ("PYTHONPROFILEIMPORTTIME", "PYTHONDONTWRITEBYTECODE"):
+        env.pop(name, None)  # modules run from their compiled bytecode, as an installed package's do
     http = httpx.Client(base_url=hub.url, timeout=30)
 
     def mail_for_waiter() -> None:
