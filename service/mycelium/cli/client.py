@@ -1,11 +1,11 @@
 """The CLI's HTTP client: requests to the hub at ``MYCELIUM_API_URL``, with the standard library.
 
-Agents run ``mycelium await`` and ``respond`` in loops, so a call's start-up is paid every turn:
-``http.client`` costs a few milliseconds to import, ``httpx`` more than the rest of the call. The
-behaviour is httpx's as the CLI used it: one connection per request, JSON in and out, no
-redirects followed, certificates checked against certifi's bundle (or ``SSL_CERT_FILE`` /
-``SSL_CERT_DIR``), and ``HTTP_PROXY`` / ``HTTPS_PROXY`` / ``ALL_PROXY`` / ``NO_PROXY`` obeyed (HTTP
-proxies; HTTPS through a ``CONNECT`` tunnel).
+Agents run ``mycelium await`` and ``respond`` in loops, so a call's start-up is paid every turn, and
+importing ``http.client`` costs a fraction of importing ``httpx`` (see ``bench/cli.py``). It
+behaves as httpx did for the CLI: one connection per request, JSON in and out, no redirects
+followed, certificates checked against certifi's bundle (or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``),
+and ``HTTP_PROXY`` / ``HTTPS_PROXY`` / ``ALL_PROXY`` / ``NO_PROXY`` obeyed (http:// proxies; HTTPS
+through a ``CONNECT`` tunnel).
 """
 
 from __future__ import annotations

@@ -57,10 +57,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The arguments of a command line (``argv`` without the program name)."""
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    return build_parser(command).parse_args(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args_in = list(sys.argv[1:] if argv is None else argv)
-    command = args_in[0] if args_in and args_in[0] in COMMANDS else None
-    args = build_parser(command).parse_args(args_in)
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
     result = args.func(args)
     return int(result or 0)
 
