@@ -17,8 +17,13 @@ before the spawn to the reaped exit. Medians and p90 over the repetitions. The c
 and use compiled bytecode (``PYTHONDONTWRITEBYTECODE`` is dropped), as an installed package's
 modules have it; the warm-up calls write it.
 
+``--compare LABEL=SRC`` also runs the three ``mycelium`` commands from another source tree (the
+``service/`` folder of an older checkout, on ``PYTHONPATH``), interleaved with the rest, so a change
+is measured against what it replaced under the same load.
+
     python bench/cli.py                  # 40 repetitions of each, after 3 to warm up
     python bench/cli.py --reps 10 --no-write
+    python bench/cli.py --compare 6f8fbdb=/tmp/old/service
 """
 
 from __future__ import annotations
@@ -51,9 +56,10 @@ STDLIB_GET = (
     "assert c.getresponse().read()"
 )
 HTTPX_GET = "import httpx, sys; assert httpx.get(sys.argv[1] + '/health').status_code == 200"
+ENTRY = "import sys; from mycelium.cli.main import main; sys.exit(main())"  # what the mycelium script runs
 
 
-def run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+def run_once(argv: list[str], env: dict[str, str] | None) -> tuple[float, float]:
     """(process CPU ms, wall ms) of one command, which must exit 0."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -91,25 +97,34 @@ def measure(args: argparse.Namespace, dsn: str) -> None:
             "content": "your turn"})
         assert r.status_code == 201, r.text
 
-    variants: list[tuple[str, list[str], object]] = [
-        ("`python -c pass` (the interpreter)", [sys.executable, "-c", "pass"], None),
-        ("GET /health with http.client (the floor of a request)", [sys.executable, "-c", STDLIB_GET, hub.url], None),
-        ("GET /health with httpx", [sys.executable, "-c", HTTPX_GET, hub.url], None),
-        ("`mycelium --help`", [MYCELIUM, "--help"], None),
-        ("`mycelium respond` (one reply posted)", [MYCELIUM, "respond", "--handle", "replier", "done"], None),
-        ("`mycelium await` (a message is waiting)", [MYCELIUM, "await", "--handle", "waiter", "--timeout", "30"],
+    commands: list[tuple[str, list[str], object]] = [
+        ("`mycelium --help`", ["--help"], None),
+        ("`mycelium respond` (one reply posted)", ["respond", "--handle", "replier", "done"], None),
+        ("`mycelium await` (a message is waiting)", ["await", "--handle", "waiter", "--timeout", "30"],
          mail_for_waiter),
     ]
-    samples: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in variants}
+    variants: list[tuple[str, list[str], object, dict[str, str] | None]] = [
+        ("`python -c pass` (the interpreter)", [sys.executable, "-c", "pass"], None, None),
+        ("GET /health with http.client (the floor of a request)", [sys.executable, "-c", STDLIB_GET, hub.url],
+         None, None),
+        ("GET /health with httpx", [sys.executable, "-c", HTTPX_GET, hub.url], None, None),
+        *[(label, [MYCELIUM, *argv], before, None) for label, argv, before in commands],
+    ]
+    for compare in args.compare:
+        name, src = compare.split("=", 1)
+        old = {**env, "PYTHONPATH": str(Path(src).resolve())}
+        variants += [(f"{label}, {name}", [sys.executable, "-c", ENTRY, *argv], before, old)
+                     for label, argv, before in commands]
+    samples: dict[str, list[tuple[float, float]]] = {label: [] for label, *_ in variants}
     loads = [os.getloadavg()[0]]
     try:
         hub.wait_ready()
         assert http.post("/api/rooms", json={"name": ROOM}).status_code == 201
         for rep in range(args.warmup + args.reps):
-            for label, argv, before in variants:
+            for label, argv, before, own_env in variants:
                 if callable(before):
                     before()
-                got = run_once(argv, env)
+                got = run_once(argv, own_env or env)
                 if rep >= args.warmup:
                     samples[label].append(got)
             loads.append(os.getloadavg()[0])
@@ -120,7 +135,7 @@ def measure(args: argparse.Namespace, dsn: str) -> None:
 
     floor = statistics.median(cpu for cpu, _ in samples[variants[1][0]])
     rows = []
-    for label, _, _ in variants:
+    for label, *_ in variants:
         cpu = [c for c, _ in samples[label]]
         wall = [w for _, w in samples[label]]
         rows.append([label, f"{statistics.median(cpu):.0f}", f"{p90(cpu):.0f}", f"{statistics.median(wall):.0f}",
@@ -129,7 +144,7 @@ def measure(args: argparse.Namespace, dsn: str) -> None:
               f"wall {statistics.median(wall):6.1f} ms (p90 {p90(wall):6.1f})", flush=True)
     text = f"""## CLI start-up (`bench/cli.py`)
 
-`python bench/cli.py --reps {args.reps}` ({stamp()}; {machine()}). Each command is a fresh process, as
+`python bench/cli.py --reps {args.reps}{"".join(f" --compare {c.split('=')[0]}=…" for c in args.compare)}` ({stamp()}; {machine()}). Each command is a fresh process, as
 an agent's shell starts it, against a real hub (`mycelium up`, embedder off, no mirror) on this
 machine; the variants run interleaved, {args.reps} times each after {args.warmup} to warm up. Process
 time is the child's user + system CPU (`os.wait4`); wall is spawn to reaped exit. The 1-minute load
@@ -153,6 +168,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--compare", action="append", default=[], metavar="LABEL=SRC",
+                   help="also run the mycelium commands from this source tree (its service/ folder)")
     p.add_argument("--no-write", dest="write", action="store_false", help="do not update BENCHMARKS.md")
     asyncio.run(run(p.parse_args()))
 
