@@ -16,6 +16,7 @@ else ``./.mycelium`` (which only ``mycelium up`` creates).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 PREFIX = "MYCELIUM_"
@@ -34,14 +35,22 @@ def names(setting: str) -> tuple[str, ...]:
 
 def value(setting: str) -> str | None:
     """The setting's text: the environment's, else the ``.env`` file's; None when neither sets it."""
-    for name in names(setting):
-        if os.environ.get(name):
-            return os.environ[name]
-    written = read_env_file(Path(ENV_FILE))
-    for name in names(setting):
-        if written.get(name):
-            return written[name]
-    return None
+    return values([setting]).get(setting)
+
+
+def values(settings: Iterable[str]) -> dict[str, str]:
+    """The text of each of ``settings`` that the environment or the ``.env`` file sets."""
+    found: dict[str, str] = {}
+    written: dict[str, str] | None = None
+    for setting in settings:
+        given = [os.environ.get(name) for name in names(setting)]
+        if not any(given):
+            written = read_env_file(Path(ENV_FILE)) if written is None else written
+            given = [written.get(name) for name in names(setting)]
+        text = next((g for g in given if g), None)
+        if text is not None:
+            found[setting] = text
+    return found
 
 
 def read_env_file(path: Path) -> dict[str, str]:

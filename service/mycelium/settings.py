@@ -82,8 +82,7 @@ class _Environment(PydanticBaseSettingsSource):
         return environment.value(field_name), field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        found = {name: environment.value(name) for name in self.settings_cls.model_fields}
-        return {name: text for name, text in found.items() if text is not None}
+        return dict(environment.values(self.settings_cls.model_fields))
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -4,6 +4,7 @@ up`` creates one; every other command that finds no hub there says where it look
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -90,6 +91,37 @@ def test_a_data_directory_without_a_database_gets_none(nowhere):
     done = mycelium(nowhere, "db", "psql", "--data-dir", str(data))
     assert done.returncode == 1 and done.stderr.splitlines()[0] == f"no hub database in {data}/pg"
     assert tree(data) == ["rooms"]
+
+
+async def test_mirror_export_on_a_database_url_needs_a_hub_data_directory_and_a_hub_schema(
+        db_dsn, pg_server, nowhere):
+    data = nowhere / "hub"
+
+    async def export(dsn: str) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(mycelium, nowhere, "mirror", "export", "--database-url", dsn,
+                                       "--data-dir", str(data))
+
+    missing = await export(db_dsn)
+    assert missing.returncode == 1 and missing.stderr.startswith(f"no hub data directory at {data}\n")
+    assert not data.exists()
+    data.mkdir()
+    done = await export(db_dsn)
+    assert done.returncode == 0 and f"mirror rebuilt in {data / 'rooms'}" in done.stdout, done.stderr
+    bare = await pg_server.create_database(template="template0")  # a database the hub never migrated
+    try:
+        refused = await export(pg_server.dsn(bare))
+    finally:
+        await pg_server.drop_database(bare)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "no hub schema" in refused.stderr and "mycelium db upgrade" in refused.stderr
+
+
+@pytest.mark.parametrize("args", [("db", "current"), ("db", "upgrade"), ("mirror", "export")])
+def test_a_database_url_that_does_not_answer_is_a_one_line_error(nowhere, args):
+    (nowhere / ".mycelium").mkdir()
+    done = mycelium(nowhere, *args, "--database-url", "postgresql://ana:secret@127.0.0.1:9/hub")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "secret" not in done.stderr
 
 
 def start_hub(cwd: Path) -> tuple[subprocess.Popen[bytes], str]:

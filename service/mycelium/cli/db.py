@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mycelium import environment
+from mycelium.cli.client import fail
 from mycelium.cli.common import add_database_options, no_hub_data
 
 if TYPE_CHECKING:
@@ -45,23 +47,38 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 @contextlib.contextmanager
 def database(args: argparse.Namespace) -> Iterator[tuple[str, EmbeddedPostgres | None]]:
     """The hub's database DSN (``--database-url``/``DATABASE_URL``, else the embedded server in
-    the data directory, attached for the duration); no database there ends the command."""
-    url = getattr(args, "database_url", None) or environment.database_url()
-    if url:
-        yield url, None
-        return
+    the data directory, attached for the duration); no database there, or none that answers, ends
+    the command with a one-line error."""
+    import asyncpg
+
     from mycelium.db.embedded import EmbeddedPostgres, NoCluster
 
-    where = environment.data_dir(args.data_dir)
-    server = EmbeddedPostgres(where.path)
+    url = getattr(args, "database_url", None) or environment.database_url()
+    server = None
+    if not url:
+        where = environment.data_dir(args.data_dir)
+        server = EmbeddedPostgres(where.path)
+        try:
+            url = server.attach(create=False)
+        except NoCluster as missing:
+            no_hub_data(where, f"no hub database in {missing.pgdata}")
     try:
-        dsn = server.attach(create=False)
-    except NoCluster as missing:
-        no_hub_data(where, f"no hub database in {missing.pgdata}")
-    try:
-        yield dsn, server
+        yield url, server
+    except (ConnectionError, TimeoutError, socket.gaierror, asyncpg.PostgresError) as exc:
+        fail(f"the database at {_shown(url)} refused or did not answer: {exc}")
     finally:
-        server.detach()
+        if server is not None:
+            server.detach()
+
+
+def _shown(dsn: str) -> str:
+    """A DSN without its password."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
 
 
 def _upgrade(args: argparse.Namespace) -> int:

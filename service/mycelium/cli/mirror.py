@@ -39,6 +39,7 @@ def _export(args: argparse.Namespace) -> int:
     hub on ``DATABASE_URL`` keeps its mirror in."""
     import asyncpg
 
+    from mycelium.db.migrate import current_revision
     from mycelium.db.pool import setup_connection
     from mycelium.mirror.follower import export_all
 
@@ -47,6 +48,8 @@ def _export(args: argparse.Namespace) -> int:
         no_hub_data(where, f"no hub data directory at {where.path}")
 
     async def run(dsn: str) -> Any:
+        if await current_revision(dsn) is None:
+            fail("the database has no hub schema: migrate it with `mycelium db upgrade`")
         conn = await asyncpg.connect(dsn)
         try:
             await setup_connection(conn)
@@ -58,7 +61,7 @@ def _export(args: argparse.Namespace) -> int:
         try:
             result = asyncio.run(run(dsn))
         except (asyncpg.InvalidSchemaNameError, asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError):
-            fail("the database has no hub schema (or an old one): migrate it with `mycelium db upgrade`")
+            fail("the database's hub schema is out of date: migrate it with `mycelium db upgrade`")
         except (OSError, asyncpg.PostgresError) as exc:
             fail(f"cannot read the database: {exc}")
     print(f"mirror rebuilt in {where.path / 'rooms'}: {result.written} written, {result.removed} removed")
