@@ -142,9 +142,13 @@ def measure(args: argparse.Namespace, dsn: str) -> None:
                      f"{p90(wall):.0f}", f"{statistics.median(cpu) / floor:.2f}×"])
         print(f"{label:<60} CPU {statistics.median(cpu):6.1f} ms (p90 {p90(cpu):6.1f})   "
               f"wall {statistics.median(wall):6.1f} ms (p90 {p90(wall):6.1f})", flush=True)
+    compared = "".join(
+        f" The rows ending “{c.split('=')[0]}” run the same commands from that source tree, interleaved with"
+        " the rest."
+        for c in args.compare)
     text = f"""## CLI start-up (`bench/cli.py`)
 
-`python bench/cli.py --reps {args.reps}{"".join(f" --compare {c.split('=')[0]}=…" for c in args.compare)}` ({stamp()}; {machine()}). Each command is a fresh process, as
+`python bench/cli.py --reps {args.reps}{"".join(f" --compare '{c.split('=')[0]}=…'" for c in args.compare)}` ({stamp()}; {machine()}). Each command is a fresh process, as
 an agent's shell starts it, against a real hub (`mycelium up`, embedder off, no mirror) on this
 machine; the variants run interleaved, {args.reps} times each after {args.warmup} to warm up. Process
 time is the child's user + system CPU (`os.wait4`); wall is spawn to reaped exit. The 1-minute load
@@ -153,11 +157,13 @@ average went from {loads[0]:.1f} to {loads[-1]:.1f} (median {statistics.median(l
 {table(["command", "process CPU ms (median)", "p90", "wall ms (median)", "p90", "CPU vs the http.client floor"],
        rows)}
 
-The floor of a CLI call is the interpreter plus one HTTP request from the standard library. The
-HTTP verbs import only the standard library (`http.client`, `json`, `argparse`): `import httpx`
-alone costs more than the whole of `mycelium respond` (with the hub's dependencies installed it
-also loads `click`, `rich` and `pygments` for its own command line). `mycelium --help` imports no
-command group: the groups are listed from a table and only the chosen one is imported.
+Target: `mycelium --help`, `respond` and `await` in at most 150 ms of process time. The floor of a
+CLI call is the interpreter plus one HTTP request made with the standard library; the HTTP verbs
+add their own small modules and `argparse` to it and nothing else (`http.client`, not httpx:
+`import httpx` alone costs more than the whole of `mycelium respond`, since with the hub's
+dependencies installed it also loads `click`, `rich` and `pygments` for its own command line).
+`mycelium --help` imports no command: the commands are listed from a table in `mycelium.cli.main`
+and only the one run is imported.{compared}
 """
     print(text)
     if args.write:
