@@ -1,9 +1,8 @@
 """Mycelium hub: a coordination hub for AI agents where PostgreSQL enforces the invariants.
 
 The transition ledger SDK's public names are importable from here (``from mycelium import ledger_sync``).
-Importing the package loads the ledger's core only: the two stores, ``PostgresLedgerStorage``
-(asyncpg) and ``HubLedgerStorage`` (httpx), are imported when first named, and a decorated tool
-imports its store at its first call. Nothing of the hub's server stack is imported here.
+Each is imported on first use, so a program that needs one part of the package (the ``mycelium``
+command, a hub process) does not load the others.
 """
 
 from __future__ import annotations
@@ -13,72 +12,52 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0.dev0"
 
-from mycelium.ledger.binding import ToolTransitionBinding
-from mycelium.ledger.config import LedgerConfig, load_config
-from mycelium.ledger.decorators import ledger, ledger_sync
-from mycelium.ledger.envelope import (
-    RetryPermission,
-    SideEffectBoundary,
-    SideEffectClass,
-    Spendability,
-    TerminalOutcome,
-    ToolCapability,
-    TransitionGate,
-)
-from mycelium.ledger.errors import (
-    LedgerAlreadyResolvedError,
-    LedgerError,
-    LedgerHardBlockError,
-    LedgerIdentityConflictError,
-    LedgerLeaseExpiredError,
-    LedgerOutcomeAlreadySetError,
-    LedgerPendingError,
-    LedgerPollTimeoutError,
-    LedgerReleaseRefusedError,
-    LedgerSchemaError,
-    LedgerSoftBlockError,
-    LedgerStorageUnavailableError,
-    LedgerWorkerAliveError,
-    MissingRequestIdentityError,
-    TaskLedgerPendingError,
-    ToolCapabilityDeclarationError,
-)
-from mycelium.ledger.identity import execution_scope
-from mycelium.ledger.ledger import (
-    ActionLedger,
-    arecord_external_operation,
-    mark_crossed,
-    mark_maybe_crossed,
-    record_external_operation,
-    renew_lease,
-    side_effect,
-)
-from mycelium.ledger.reconcile import Reconciler, ReconcileResult, ReconcileStatus
-from mycelium.ledger.tasks import task_ledger, task_ledger_sync
-
-if TYPE_CHECKING:
-    from mycelium.ledger.hub_http import HubLedgerStorage
-    from mycelium.ledger.postgres import PostgresLedgerStorage
-
-#: public names whose modules are imported on first use (name -> module)
-_LAZY = {
+#: every public name and the module that defines it
+_EXPORTS = {
+    "ToolTransitionBinding": "mycelium.ledger.binding",
+    "LedgerConfig": "mycelium.ledger.config",
+    "load_config": "mycelium.ledger.config",
+    "ledger": "mycelium.ledger.decorators",
+    "ledger_sync": "mycelium.ledger.decorators",
+    "RetryPermission": "mycelium.ledger.envelope",
+    "SideEffectBoundary": "mycelium.ledger.envelope",
+    "SideEffectClass": "mycelium.ledger.envelope",
+    "Spendability": "mycelium.ledger.envelope",
+    "TerminalOutcome": "mycelium.ledger.envelope",
+    "ToolCapability": "mycelium.ledger.envelope",
+    "TransitionGate": "mycelium.ledger.envelope",
+    "LedgerAlreadyResolvedError": "mycelium.ledger.errors",
+    "LedgerError": "mycelium.ledger.errors",
+    "LedgerHardBlockError": "mycelium.ledger.errors",
+    "LedgerIdentityConflictError": "mycelium.ledger.errors",
+    "LedgerLeaseExpiredError": "mycelium.ledger.errors",
+    "LedgerOutcomeAlreadySetError": "mycelium.ledger.errors",
+    "LedgerPendingError": "mycelium.ledger.errors",
+    "LedgerPollTimeoutError": "mycelium.ledger.errors",
+    "LedgerReleaseRefusedError": "mycelium.ledger.errors",
+    "LedgerSchemaError": "mycelium.ledger.errors",
+    "LedgerSoftBlockError": "mycelium.ledger.errors",
+    "LedgerStorageUnavailableError": "mycelium.ledger.errors",
+    "LedgerWorkerAliveError": "mycelium.ledger.errors",
+    "MissingRequestIdentityError": "mycelium.ledger.errors",
+    "TaskLedgerPendingError": "mycelium.ledger.errors",
+    "ToolCapabilityDeclarationError": "mycelium.ledger.errors",
     "HubLedgerStorage": "mycelium.ledger.hub_http",
+    "execution_scope": "mycelium.ledger.identity",
+    "ActionLedger": "mycelium.ledger.ledger",
+    "arecord_external_operation": "mycelium.ledger.ledger",
+    "mark_crossed": "mycelium.ledger.ledger",
+    "mark_maybe_crossed": "mycelium.ledger.ledger",
+    "record_external_operation": "mycelium.ledger.ledger",
+    "renew_lease": "mycelium.ledger.ledger",
+    "side_effect": "mycelium.ledger.ledger",
     "PostgresLedgerStorage": "mycelium.ledger.postgres",
+    "Reconciler": "mycelium.ledger.reconcile",
+    "ReconcileResult": "mycelium.ledger.reconcile",
+    "ReconcileStatus": "mycelium.ledger.reconcile",
+    "task_ledger": "mycelium.ledger.tasks",
+    "task_ledger_sync": "mycelium.ledger.tasks",
 }
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mycelium' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
 
 __all__ = [
     "ActionLedger",
@@ -126,3 +105,68 @@ __all__ = [
     "task_ledger",
     "task_ledger_sync",
 ]
+
+# ``mycelium.ledger`` is the decorator, as it always was, not the subpackage of that name. The
+# import system binds a subpackage's name in its parent when the subpackage is first imported, so
+# it is imported here, and that binding undone, before any other import could make it.
+importlib.import_module("mycelium.ledger")
+del globals()["ledger"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mycelium' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:
+    from mycelium.ledger.binding import ToolTransitionBinding
+    from mycelium.ledger.config import LedgerConfig, load_config
+    from mycelium.ledger.decorators import ledger, ledger_sync
+    from mycelium.ledger.envelope import (
+        RetryPermission,
+        SideEffectBoundary,
+        SideEffectClass,
+        Spendability,
+        TerminalOutcome,
+        ToolCapability,
+        TransitionGate,
+    )
+    from mycelium.ledger.errors import (
+        LedgerAlreadyResolvedError,
+        LedgerError,
+        LedgerHardBlockError,
+        LedgerIdentityConflictError,
+        LedgerLeaseExpiredError,
+        LedgerOutcomeAlreadySetError,
+        LedgerPendingError,
+        LedgerPollTimeoutError,
+        LedgerReleaseRefusedError,
+        LedgerSoftBlockError,
+        LedgerStorageUnavailableError,
+        LedgerWorkerAliveError,
+        MissingRequestIdentityError,
+        TaskLedgerPendingError,
+        ToolCapabilityDeclarationError,
+    )
+    from mycelium.ledger.hub_http import HubLedgerStorage
+    from mycelium.ledger.identity import execution_scope
+    from mycelium.ledger.ledger import (
+        ActionLedger,
+        arecord_external_operation,
+        mark_crossed,
+        mark_maybe_crossed,
+        record_external_operation,
+        renew_lease,
+        side_effect,
+    )
+    from mycelium.ledger.postgres import PostgresLedgerStorage
+    from mycelium.ledger.reconcile import Reconciler, ReconcileResult, ReconcileStatus
+    from mycelium.ledger.tasks import task_ledger, task_ledger_sync

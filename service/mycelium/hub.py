@@ -33,6 +33,9 @@ class Hub:
     listener: Listener | None = None
     loops: list[Loop] = field(default_factory=list)
     kind: Kind = "hub"
+    create_cluster: bool = True
+    """With no database URL, create the embedded cluster if the data folder has none (only
+    ``mycelium up`` does; a worker refuses with ``NoCluster``)."""
     """``worker`` for a process without HTTP (``mycelium worker``), ``hub`` otherwise."""
     supervisor: Supervisor | None = None
 
@@ -53,7 +56,7 @@ class Hub:
             self.dsn = self.settings.database_url
         else:
             self.embedded = EmbeddedPostgres(self.settings.resolved_data_dir())
-            self.dsn = await asyncio.to_thread(self.embedded.attach)
+            self.dsn = await asyncio.to_thread(self.embedded.attach, create=self.create_cluster)
         if self.settings.migrate_on_start:
             await upgrade_async(self.dsn)
         self.pool = await create_pool(

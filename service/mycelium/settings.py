@@ -1,39 +1,39 @@
-"""One settings object for the hub, the CLI and the workers.
+"""One settings object for the hub and the workers, typed and checked.
 
-Values come from the environment (``MYCELIUM_*``, plus the conventional ``DATABASE_URL``) and from a
-``.env`` file in the working directory. Command-line flags override both by building a copy.
+Each field is read from the environment by ``mycelium.environment`` (``MYCELIUM_<FIELD>``, plus the
+conventional ``DATABASE_URL``, then a ``.env`` file in the working directory), the module the
+``mycelium`` command reads its own few settings from without this one. Command-line flags override
+both by building a copy.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from mycelium import environment
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="MYCELIUM_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
-    )
+    model_config = SettingsConfigDict(extra="ignore")
 
-    database_url: str | None = Field(
-        default=None, validation_alias=AliasChoices("MYCELIUM_DATABASE_URL", "DATABASE_URL")
-    )
+    database_url: str | None = None
     """A PostgreSQL server (>= 15 with pgvector). Unset: the embedded server under ``data_dir``."""
 
-    data_dir: Path = Path(".mycelium")
-    """Embedded database, markdown mirror and hub keys live here."""
+    data_dir: Path = Field(default_factory=environment.default_data_dir)
+    """Embedded database, markdown mirror and hub keys live here (see ``mycelium.environment``)."""
 
     host: str = "127.0.0.1"
     port: int = 8000
-    api_url: str = "http://127.0.0.1:8000"
+    api_url: str = environment.DEFAULT_API_URL
     """Where the CLI finds the hub."""
     room: str | None = None
     """The CLI's default room (``--room`` overrides)."""
-    handle: str = Field(default_factory=lambda: os.environ.get("USER") or "cli")
+    handle: str = Field(default_factory=environment.default_handle)
     """Who the CLI writes as (``--as`` overrides)."""
 
     app_role: str = "mycelium_app"
@@ -63,7 +63,26 @@ class Settings(BaseSettings):
     itself lives in the database, so every replica obeys the same one; a room may override it)."""
 
     def resolved_data_dir(self) -> Path:
-        return self.data_dir.expanduser().resolve()
+        return environment.absolute(self.data_dir)
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        **_others: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Values passed in, then the environment as ``mycelium.environment`` reads it (pydantic's
+        own environment and ``.env`` readers are not used)."""
+        return init_settings, _Environment(settings_cls)
+
+
+class _Environment(PydanticBaseSettingsSource):
+    """Every field's text from ``mycelium.environment.value``; pydantic checks and converts it."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return environment.value(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(environment.values(self.settings_cls.model_fields))
 
 
 def load_settings(**overrides: object) -> Settings:

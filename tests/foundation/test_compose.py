@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from mycelium.cli.main import build_parser
+from mycelium.cli.main import parse_args
 from tests.support import REPO_ROOT
 
 
@@ -35,10 +35,9 @@ def test_compose_has_postgres_a_migration_two_http_replicas_on_separate_ports_an
 
 
 def test_every_command_in_compose_parses_with_the_cli():
-    parser = build_parser()
     for name, svc in compose()["services"].items():
         command = svc.get("command")
         if not command or command[0] != "mycelium":
             continue
-        args = parser.parse_args(command[1:])
+        args = parse_args(command[1:])
         assert callable(args.func), name

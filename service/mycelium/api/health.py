@@ -2,9 +2,10 @@
 running loops on the same database.
 
 ``schema_fingerprint`` digests the database's whole schema (``mycelium.schema_fingerprint()``):
-replicas on one schema report the same one, whatever revision id they were told. ``status`` is ``ok``, or ``degraded`` when a loop of this process is failing or stuck (``problems``
-says which). The HTTP status stays 200 either way: the API of a degraded process still serves, so a
-load balancer must not take it out of rotation for a background loop; monitoring reads ``status``.
+replicas on one schema report the same one, whatever revision id they were told. ``status`` is
+``ok``, or ``degraded`` when a loop of this process is failing or stuck (``problems`` says which).
+The HTTP status stays 200 either way: the API of a degraded process still serves, so a load
+balancer must not take it out of rotation for a background loop; monitoring reads ``status``.
 ``workers`` lists the processes of the deployment that beat within the last
 :data:`~mycelium.workers.supervisor.ALIVE_SECONDS` (``alive``) or stopped beating without saying
 they stopped (``alive: false``: killed or hung); ``leaders`` names the process leading each loop

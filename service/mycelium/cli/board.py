@@ -6,17 +6,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import yaml
-
 from mycelium.cli.client import call, fail, print_json
-from mycelium.cli.common import add_author, add_json, add_room, handle_of, path_part, room_of
+from mycelium.cli.common import add_author, add_json, add_room, handle_of, key_values, path_part, room_of
 from mycelium.cli.room_messages import register_thread_commands
 
 FILTERS = ("needs-you", "in-flight", "resolved", "all")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("board", help="the board: tasks, leases, dependencies")
+    p = sub.add_parser("board")
     bsub = p.add_subparsers(dest="board_command", metavar="<action>")
     bsub.required = True
 
@@ -203,13 +201,7 @@ def _verb(verb: str) -> Any:
 def _fields(args: argparse.Namespace) -> int:
     key = _key(args)
     if args.set:
-        values: dict[str, Any] = {}
-        for pair in args.set:
-            if "=" not in pair:
-                fail(f"--set takes K=V, got {pair!r}")
-            k, v = pair.split("=", 1)
-            values[k.strip()] = yaml.safe_load(v) if v else None
-        body = {"key": key, "handle": handle_of(args), "fields": values}
+        body = {"key": key, "handle": handle_of(args), "fields": key_values(args.set, "--set")}
         call("POST", f"{_base(args)}/fields", json_body=body)
     got = call("GET", f"{_base(args)}/fields/{path_part(key)}")
     text = "\n".join(f"{k}: {v}" for k, v in got["fields"].items()) or "(no fields)"

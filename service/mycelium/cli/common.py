@@ -1,12 +1,14 @@
-"""Options shared by command groups: the room, the author, ``--json``."""
+"""Options shared by command groups: the room, the author, ``--json``, the hub's data."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any, NoReturn
 from urllib.parse import quote
 
+from mycelium import environment
 from mycelium.cli.client import fail
-from mycelium.settings import load_settings
 
 
 def add_room(p: argparse.ArgumentParser) -> None:
@@ -21,15 +23,48 @@ def add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
+def add_database_options(p: argparse.ArgumentParser) -> None:
+    nearest = environment.DATA_DIR_NAME
+    p.add_argument("--data-dir", type=Path, help=f"the hub's data folder (MYCELIUM_DATA_DIR; default: the "
+                                                 f"nearest {nearest} in the working directory or above it)")
+    p.add_argument("--database-url", help="a PostgreSQL server instead of the embedded one (DATABASE_URL)")
+
+
+def no_hub_data(where: environment.DataDir, what: str) -> NoReturn:
+    """End a command that needs a hub's data and found none: what is missing, where it looked."""
+    fail(f"{what}\n"
+         f"  data directory: {where.path} ({where.chosen_by})\n"
+         "  `mycelium up` creates a hub there (it is the only command that creates one);\n"
+         "  another hub's data: --data-dir DIR or MYCELIUM_DATA_DIR=DIR;\n"
+         "  a PostgreSQL server instead: --database-url URL or DATABASE_URL=URL")
+
+
 def room_of(args: argparse.Namespace) -> str:
-    room = getattr(args, "room", None) or load_settings().room
+    room = getattr(args, "room", None) or environment.room()
     if not room:
         fail("which room? pass --room or set MYCELIUM_ROOM")
     return room
 
 
 def handle_of(args: argparse.Namespace) -> str:
-    return getattr(args, "handle", None) or load_settings().handle
+    return getattr(args, "handle", None) or environment.handle()
+
+
+def key_values(pairs: list[str], flag: str) -> dict[str, Any]:
+    """``K=V`` arguments as a dict, each value parsed as YAML (``on``, ``3``, ``[a, b]``); ``K=``
+    is None."""
+    import yaml
+
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            fail(f"{flag} takes K=V, got {pair!r}")
+        k, v = pair.split("=", 1)
+        try:
+            values[k.strip()] = yaml.safe_load(v) if v else None
+        except yaml.YAMLError as exc:
+            fail(f"{flag} {pair!r}: the value is not YAML: {exc}")
+    return values
 
 
 def path_part(value: str) -> str:

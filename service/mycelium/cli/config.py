@@ -9,14 +9,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import yaml
-
 from mycelium.cli.client import call, fail, print_json
 from mycelium.cli.common import add_author, add_json, handle_of, path_part
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("config", help="hub and room settings (show, set, unset)")
+    p = sub.add_parser("config")
     csub = p.add_subparsers(dest="config_command")
     p.set_defaults(func=_show, room=None, json=False)
 
@@ -50,6 +48,8 @@ def _base(args: argparse.Namespace) -> str:
 
 
 def _line(s: dict[str, Any]) -> str:
+    import yaml
+
     value = yaml.safe_dump(s["value"], default_flow_style=True).strip().removesuffix("...").strip()
     return f"{s['name']} = {value}  ({s['source']})"
 
@@ -65,6 +65,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _set(args: argparse.Namespace) -> int:
+    import yaml
+
     try:
         value = yaml.safe_load(args.value)
     except yaml.YAMLError as exc:

@@ -1,22 +1,31 @@
-"""``mycelium db``: migrations and psql on the hub's database."""
+"""``mycelium db``: migrations and psql on the hub's database.
+
+The database is ``--database-url`` / ``DATABASE_URL``, else the embedded server in the data
+directory, which these commands start if it is stopped but never create: only ``mycelium up``
+makes a hub's data directory and its database.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import os
-import shutil
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mycelium.db import migrate
-from mycelium.db.embedded import EmbeddedPostgres
-from mycelium.settings import Settings, load_settings
+from mycelium import environment
+from mycelium.cli.client import fail
+from mycelium.cli.common import add_database_options, no_hub_data
+
+if TYPE_CHECKING:
+    from mycelium.db.embedded import EmbeddedPostgres
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("db", help="database: migrate, open psql")
+    p = sub.add_parser("db")
     dsub = p.add_subparsers(dest="db_command", metavar="<action>")
     dsub.required = True
     for name, helptext in (("upgrade", "migrate to a revision (default head)"),
@@ -24,8 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                            ("current", "show the database's revision"),
                            ("psql", "open psql on the hub's database")):
         a = dsub.add_parser(name, help=helptext)
-        a.add_argument("--data-dir", type=Path)
-        a.add_argument("--database-url")
+        add_database_options(a)
         if name in ("upgrade", "downgrade"):
             a.add_argument("revision", nargs="?" if name == "upgrade" else None,
                            default="head" if name == "upgrade" else None)
@@ -37,32 +45,55 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 @contextlib.contextmanager
-def database(settings: Settings) -> Iterator[tuple[str, EmbeddedPostgres | None]]:
-    """The hub's database DSN; the embedded server is attached for the duration if used."""
-    if settings.database_url:
-        yield settings.database_url, None
-        return
-    server = EmbeddedPostgres(settings.resolved_data_dir())
-    dsn = server.attach()
+def database(args: argparse.Namespace) -> Iterator[tuple[str, EmbeddedPostgres | None]]:
+    """The hub's database DSN (``--database-url``/``DATABASE_URL``, else the embedded server in
+    the data directory, attached for the duration); no database there, or none that answers, ends
+    the command with a one-line error."""
+    import asyncpg
+
+    from mycelium.db.embedded import EmbeddedPostgres, NoCluster
+
+    url = getattr(args, "database_url", None) or environment.database_url()
+    server = None
+    if not url:
+        where = environment.data_dir(args.data_dir)
+        server = EmbeddedPostgres(where.path)
+        try:
+            url = server.attach(create=False)
+        except NoCluster as missing:
+            no_hub_data(where, f"no hub database in {missing.pgdata}")
     try:
-        yield dsn, server
+        yield url, server
+    except (ConnectionError, TimeoutError, socket.gaierror, asyncpg.PostgresError) as exc:
+        fail(f"the database at {_shown(url)} refused or did not answer: {exc}")
     finally:
-        server.detach()
+        if server is not None:
+            server.detach()
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    return load_settings(data_dir=args.data_dir, database_url=args.database_url)
+def _shown(dsn: str) -> str:
+    """A DSN without its password."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
 
 
 def _upgrade(args: argparse.Namespace) -> int:
-    with database(_settings(args)) as (dsn, _):
+    from mycelium.db import migrate
+
+    with database(args) as (dsn, _):
         migrate.upgrade(dsn, args.revision or "head")
     print(f"database at {args.revision or 'head'} ({migrate.head_revision()} is head)")
     return 0
 
 
 def _downgrade(args: argparse.Namespace) -> int:
-    with database(_settings(args)) as (dsn, _):
+    from mycelium.db import migrate
+
+    with database(args) as (dsn, _):
         migrate.downgrade(dsn, args.revision)
     print(f"database at {args.revision}")
     return 0
@@ -73,26 +104,31 @@ def _current(args: argparse.Namespace) -> int:
 
     from mycelium.db.migrate import current_revision
 
-    with database(_settings(args)) as (dsn, _):
+    with database(args) as (dsn, _):
         print(asyncio.run(current_revision(dsn)) or "base (not migrated)")
     return 0
 
 
 def _psql(args: argparse.Namespace) -> int:
-    settings = _settings(args)
     extra = [a for a in args.psql_args if a != "--"]
-    with database(settings) as (dsn, server):
+    with database(args) as (dsn, server):
         if server is not None:
             command = server.psql_command()
             if args.role != "admin":
                 command = server.psql_command(user=f"mycelium_{args.role}")
         else:
-            psql = shutil.which("psql")
-            if psql is None:
-                from mycelium.db.embedded import _bin_dir
-
-                psql = str(_bin_dir() / "psql")
-            command = [psql, dsn]
+            command = [_psql_binary(), dsn]
         env = dict(os.environ)
         env.setdefault("PSQLRC", os.devnull)
         return subprocess.call([*command, *extra], env=env)
+
+
+def _psql_binary() -> str:
+    import shutil
+
+    found = shutil.which("psql")
+    if found is not None:
+        return found
+    from mycelium.db.embedded import _bin_dir
+
+    return str(Path(_bin_dir()) / "psql")

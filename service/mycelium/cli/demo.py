@@ -24,7 +24,7 @@ WORK_SECONDS = 1.5
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("demo", help="see the redispatch bug and the fix (two processes, embedded database)")
+    p = sub.add_parser("demo")
     p.add_argument("--database-url", help="use this PostgreSQL instead of a temporary embedded one")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder (and print it)")
     p.set_defaults(func=run)
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print("starting an embedded PostgreSQL for the demo ...", flush=True)
             server = EmbeddedPostgres(folder / "data")
-            dsn = server.attach()
+            dsn = server.attach(create=True)  # a cluster of its own, removed afterwards
         migrate.upgrade(dsn)
 
         print("\n1) The bug: a plain tool, redispatched while the first call is still running")

@@ -1,46 +1,85 @@
-"""Entry point of the ``mycelium`` command."""
+"""Entry point of the ``mycelium`` command.
+
+Commands are listed here with the module that implements them; a call imports only its command's
+module (which registers its subcommands with ``register(sub)``), so ``mycelium respond`` does not
+load the hub server and ``mycelium --help`` loads no command at all.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
-from mycelium.cli import (
-    board,
-    config,
-    db,
-    demo,
-    memory,
-    mirror,
-    participate,
-    receipts,
-    room,
-    run,
-    transitions,
-    up,
-    worker,
-)
+DESCRIPTION = "Mycelium hub: coordination for AI agents on PostgreSQL."
 
-GROUPS = [up, worker, db, config, room, memory, mirror, board, participate, transitions, receipts, run, demo]
+#: command -> (module, one line of help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "up": ("mycelium.cli.up", "run the hub (HTTP API, workers, embedded database by default)"),
+    "worker": ("mycelium.cli.worker", "run the hub's background loops, without HTTP"),
+    "db": ("mycelium.cli.db", "database: migrate, open psql"),
+    "config": ("mycelium.cli.config", "hub and room settings (show, set, unset)"),
+    "room": ("mycelium.cli.room", "rooms: create, ls, show, rm, send, messages, search, watch"),
+    "memory": ("mycelium.cli.memory", "memories: set, get, ls, search, rm, history, links"),
+    "mirror": ("mycelium.cli.mirror", "markdown mirror: export, import"),
+    "board": ("mycelium.cli.board", "the board: tasks, leases, dependencies"),
+    "await": ("mycelium.cli.participate", "wait for the next message addressed to a handle"),
+    "respond": ("mycelium.cli.participate", "reply as a handle (markers become payload)"),
+    "transitions": ("mycelium.cli.transitions", "the transition ledger: ls, show, release, dead"),
+    "receipts": ("mycelium.cli.receipts", "signed receipts: verify, export, public-key, rotate-key"),
+    "run": ("mycelium.cli.run", "run a Python app with the configured tools ledgered (-- python -m app)"),
+    "demo": ("mycelium.cli.demo", "see the redispatch bug and the fix (two processes, embedded database)"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="mycelium", description="Mycelium hub: coordination for AI agents on PostgreSQL."
-    )
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of one command (its module imported and registered), or, with None, of the
+    command list (nothing imported)."""
+    parser = argparse.ArgumentParser(prog="mycelium", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     sub.required = True
-    for group in GROUPS:
-        group.register(sub)
+    if command is None:
+        for name, (_, text) in COMMANDS.items():
+            sub.add_parser(name, help=text, add_help=False)
+        return parser
+    module_name = COMMANDS[command][0]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            parser.error(f"'{command}' is not part of this install ({module_name} is missing)")
+        lacking(command, exc)
+    module.register(sub)
+    for name, p in sub.choices.items():
+        if p.description is None and name in COMMANDS:
+            p.description = COMMANDS[name][1]
     return parser
 
 
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The arguments of a command line (``argv`` without the program name)."""
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    return build_parser(command).parse_args(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    result = args.func(args)
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        result = args.func(args)
+    except ModuleNotFoundError as exc:
+        lacking(args.command, exc)
     return int(result or 0)
+
+
+def lacking(command: str, exc: ModuleNotFoundError) -> NoReturn:
+    """The base install carries what the HTTP verbs need; the hub's own commands need the extra."""
+    if not exc.name or exc.name.split(".")[0] == "mycelium":
+        raise exc
+    print(f"mycelium {command} needs {exc.name.split('.')[0]}, which is not installed: "
+          "pip install 'mycelium-hub[hub]'", file=sys.stderr)
+    raise SystemExit(1)
 
 
 if __name__ == "__main__":

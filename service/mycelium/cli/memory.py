@@ -7,14 +7,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mycelium.cli.client import call, fail, print_json
-from mycelium.cli.common import add_author, add_json, add_room, handle_of, path_part, room_of
+from mycelium.cli.common import add_author, add_json, add_room, handle_of, key_values, path_part, room_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("memory", help="memories: set, get, ls, search, rm, history, links")
+    p = sub.add_parser("memory")
     msub = p.add_subparsers(dest="memory_command", metavar="<action>")
     msub.required = True
 
@@ -79,16 +77,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     lk.set_defaults(func=_links)
 
 
-def _parse_meta(pairs: list[str]) -> dict[str, Any]:
-    meta: dict[str, Any] = {}
-    for pair in pairs:
-        if "=" not in pair:
-            fail(f"--meta takes K=V, got {pair!r}")
-        k, v = pair.split("=", 1)
-        meta[k.strip()] = yaml.safe_load(v) if v else None
-    return meta
-
-
 def _set(args: argparse.Namespace) -> int:
     if args.file:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
@@ -96,7 +84,7 @@ def _set(args: argparse.Namespace) -> int:
         text = args.text
     else:
         fail("give the body as an argument or with -f FILE")
-    meta = _parse_meta(args.meta)
+    meta = key_values(args.meta, "--meta")
     if args.expandable:
         meta["expandable"] = True
     item: dict[str, Any] = {"key": args.key, "value": text, "created_by": handle_of(args),
@@ -117,7 +105,11 @@ def _set(args: argparse.Namespace) -> int:
 
 def _get(args: argparse.Namespace) -> int:
     m = call("GET", f"/api/rooms/{path_part(room_of(args))}/memory/{path_part(args.key)}")
-    body = m["value"].get("text", yaml.safe_dump(m["value"], sort_keys=False))
+    body = m["value"].get("text")
+    if body is None:
+        import yaml
+
+        body = yaml.safe_dump(m["value"], sort_keys=False)
     if args.expand:
         expanded = _expand(args)
         body = m["expanded"] = expanded["rendered"]

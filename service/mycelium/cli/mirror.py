@@ -7,26 +7,22 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from mycelium.cli.client import api_url, call, fail
-from mycelium.cli.common import add_author, handle_of, path_part
+from mycelium import environment
+from mycelium.cli.client import call, fail, request
+from mycelium.cli.common import add_author, add_database_options, handle_of, no_hub_data, path_part
 from mycelium.cli.db import database
 from mycelium.cli.progress import Progress
-from mycelium.mirror.render import MalformedFile, parse_file
-from mycelium.settings import load_settings
 
 BATCH = 100
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("mirror", help="markdown mirror: export, import")
+    p = sub.add_parser("mirror")
     msub = p.add_subparsers(dest="mirror_command", metavar="<action>")
     msub.required = True
 
     e = msub.add_parser("export", help="rebuild <data>/rooms from the database (run where the data lives)")
-    e.add_argument("--data-dir", type=Path)
-    e.add_argument("--database-url")
+    add_database_options(e)
     e.set_defaults(func=_export)
 
     i = msub.add_parser("import", help="load markdown files back through the memory upsert (via the hub)")
@@ -39,25 +35,36 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _export(args: argparse.Namespace) -> int:
+    """Into the data directory of a hub that exists: its embedded database, or the data folder a
+    hub on ``DATABASE_URL`` keeps its mirror in."""
+    import asyncpg
+
+    from mycelium.db.migrate import current_revision
     from mycelium.db.pool import setup_connection
     from mycelium.mirror.follower import export_all
 
-    settings = load_settings(data_dir=args.data_dir, database_url=args.database_url)
+    where = environment.data_dir(args.data_dir)
+    if not where.path.is_dir():
+        no_hub_data(where, f"no hub data directory at {where.path}")
 
     async def run(dsn: str) -> Any:
-        import asyncpg
-
+        if await current_revision(dsn) is None:
+            fail("the database has no hub schema: migrate it with `mycelium db upgrade`")
         conn = await asyncpg.connect(dsn)
         try:
             await setup_connection(conn)
-            return await export_all(conn, settings.resolved_data_dir())
+            return await export_all(conn, where.path)
         finally:
             await conn.close()
 
-    with database(settings) as (dsn, _):
-        result = asyncio.run(run(dsn))
-    print(f"mirror rebuilt in {settings.resolved_data_dir() / 'rooms'}: "
-          f"{result.written} written, {result.removed} removed")
+    with database(args) as (dsn, _):
+        try:
+            result = asyncio.run(run(dsn))
+        except (asyncpg.InvalidSchemaNameError, asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError):
+            fail("the database's hub schema is out of date: migrate it with `mycelium db upgrade`")
+        except (OSError, asyncpg.PostgresError) as exc:
+            fail(f"cannot read the database: {exc}")
+    print(f"mirror rebuilt in {where.path / 'rooms'}: {result.written} written, {result.removed} removed")
     return 0
 
 
@@ -75,6 +82,8 @@ def collect(folder: Path, room: str | None) -> list[tuple[str, str, Path]]:
 
 
 def _item(key: str, path: Path, by: str, force: bool) -> dict[str, Any]:
+    from mycelium.mirror.render import parse_file
+
     parsed = parse_file(path.read_text(encoding="utf-8"))
     item: dict[str, Any] = {"key": key, "value": parsed.body, "created_by": by, "meta": parsed.meta}
     tags = parsed.frontmatter.get("tags")
@@ -87,43 +96,44 @@ def _item(key: str, path: Path, by: str, force: bool) -> dict[str, Any]:
 
 
 def _import(args: argparse.Namespace) -> int:
+    from mycelium.mirror.render import MalformedFile
+
     files = collect(args.dir, args.room)
     by = handle_of(args)
     progress = Progress(len(files), "importing")
     problems: list[str] = []
     written = 0
-    with httpx.Client(base_url=api_url(), timeout=120) as http:
-        by_room: dict[str, list[tuple[str, Path]]] = {}
-        for room, key, path in files:
-            by_room.setdefault(room, []).append((key, path))
-        for room, entries in by_room.items():
-            call("GET", f"/api/rooms/{path_part(room)}")  # a clear error if the room is missing
-            for start in range(0, len(entries), BATCH):
-                chunk = entries[start:start + BATCH]
-                items = []
-                for key, path in chunk:
-                    try:
-                        items.append(_item(key, path, by, args.force))
-                    except (MalformedFile, UnicodeDecodeError) as exc:
-                        problems.append(f"{room}/{key}: {exc}")
-                        progress.advance()
-                if not items:
-                    continue
-                url = f"/api/rooms/{path_part(room)}/memory"
-                response = http.post(url, json={"items": items})
-                if response.status_code == 201:
-                    written += len(items)
-                    progress.advance(len(items))
-                    continue
-                for item in items:  # find which files were refused, write the rest
-                    single = http.post(url, json={"items": [item]})
-                    if single.status_code == 201:
-                        written += 1
-                    else:
-                        body = single.json()
-                        problems.append(f"{room}/{item['key']}: {single.status_code} "
-                                        f"{body.get('error')}: {body.get('message')}")
+    by_room: dict[str, list[tuple[str, Path]]] = {}
+    for room, key, path in files:
+        by_room.setdefault(room, []).append((key, path))
+    for room, entries in by_room.items():
+        call("GET", f"/api/rooms/{path_part(room)}")  # a clear error if the room is missing
+        for start in range(0, len(entries), BATCH):
+            chunk = entries[start:start + BATCH]
+            items = []
+            for key, path in chunk:
+                try:
+                    items.append(_item(key, path, by, args.force))
+                except (MalformedFile, UnicodeDecodeError) as exc:
+                    problems.append(f"{room}/{key}: {exc}")
                     progress.advance()
+            if not items:
+                continue
+            url = f"/api/rooms/{path_part(room)}/memory"
+            response = request("POST", url, json_body={"items": items}, timeout=120)
+            if response.status == 201:
+                written += len(items)
+                progress.advance(len(items))
+                continue
+            for item in items:  # find which files were refused, write the rest
+                single = request("POST", url, json_body={"items": [item]}, timeout=120)
+                if single.status == 201:
+                    written += 1
+                else:
+                    body = single.json()
+                    problems.append(f"{room}/{item['key']}: {single.status} "
+                                    f"{body.get('error')}: {body.get('message')}")
+                progress.advance()
     progress.close()
     print(f"imported {written} of {len(files)} files")
     for problem in problems:

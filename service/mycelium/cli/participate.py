@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from typing import Any
 
@@ -24,7 +23,7 @@ POLL_SECONDS = 300.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    a = sub.add_parser("await", help="wait for the next message addressed to a handle")
+    a = sub.add_parser("await")
     a.add_argument("--handle", required=True, help="who is waiting")
     where = a.add_mutually_exclusive_group()
     where.add_argument("--task", help="wake only on this task's thread (row key or short thread id)")
@@ -37,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_json(a)
     a.set_defaults(func=_await)
 
-    r = sub.add_parser("respond", help="reply as a handle (markers become payload)")
+    r = sub.add_parser("respond")
     r.add_argument("--handle", required=True, help="who is replying")
     r.add_argument("--task", help="reply into this task's thread (row key or short thread id)")
     r.add_argument("--episode", help="reply into this thread (URN or short id)")
@@ -86,6 +85,8 @@ def _await(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, room: str, answer: dict[str, Any]) -> None:
+    import subprocess
+
     env = {**os.environ, "MYCELIUM_ROOM": room, "MYCELIUM_HANDLE": args.handle,
            "MYCELIUM_PROMPT": answer["prompt"], "MYCELIUM_SENDER": answer["sender"],
            "MYCELIUM_EPISODE": answer["episode"], "MYCELIUM_MESSAGE_ID": answer["message_id"]}

@@ -10,11 +10,10 @@ from typing import Any
 
 from mycelium.cli.client import call, fail, print_json
 from mycelium.cli.common import add_json
-from mycelium.ledger.receipts import load_public_keys, verify_records
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("receipts", help="signed receipts: verify, export, public-key, rotate-key")
+    p = sub.add_parser("receipts")
     rsub = p.add_subparsers(dest="receipts_command", metavar="<action>")
     rsub.required = True
 
@@ -59,6 +58,8 @@ def _report(checked: int, problems: list[dict[str, Any]], as_json: bool) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     if args.file is not None:
+        from mycelium.ledger.receipts import load_public_keys, verify_records
+
         if args.public_key is None:
             fail("offline verification needs --public-key (from `mycelium receipts public-key`)")
         keys = load_public_keys(args.public_key.read_text())

@@ -10,7 +10,7 @@ from mycelium.cli.room_messages import register_room_commands
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("room", help="rooms: create, ls, show, rm")
+    p = sub.add_parser("room")
     rsub = p.add_subparsers(dest="room_command", metavar="<action>")
     rsub.required = True
 

@@ -5,13 +5,12 @@ implementation)."""
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import time
 from typing import Any
 
-import httpx
-
-from mycelium.cli.client import api_url, call, fail, print_json
+from mycelium.cli.client import call, print_json, stream_lines, unreachable
 from mycelium.cli.common import add_author, add_json, add_room, handle_of, path_part, room_of
 from mycelium.cli.participate import thread_of
 
@@ -141,29 +140,23 @@ def _search(args: argparse.Namespace) -> int:
 def _watch(args: argparse.Namespace) -> int:
     """Follow the stream; when it drops (a hub restart, a network blip) pick up where it left off."""
     room = room_of(args)
-    url = f"{api_url()}{_base(room)}/messages/stream"
     after = args.after
     failures = 0
-    patient = httpx.Timeout(10.0, read=None)  # a quiet room sends only keepalives
     try:
         while True:
-            params = {"after": after} if after is not None else {}
             try:
-                with httpx.stream("GET", url, params=params, timeout=patient) as response:
-                    if response.status_code >= 400:
-                        response.read()
-                        fail(f"{response.status_code}: {response.text}")
+                # a quiet room sends only keepalives: no read timeout
+                for raw in stream_lines(f"{_base(room)}/messages/stream", {"after": after}):
                     failures = 0
-                    for raw in response.iter_lines():
-                        if not raw.startswith("data: "):
-                            continue
-                        m = json.loads(raw[6:])
-                        after = m["position"]
-                        print(json.dumps(m) if args.json else line(m), flush=True)
-            except httpx.HTTPError as exc:
+                    if not raw.startswith("data: "):
+                        continue
+                    m = json.loads(raw[6:])
+                    after = m["position"]
+                    print(json.dumps(m) if args.json else line(m), flush=True)
+            except (OSError, http.client.HTTPException) as exc:
                 failures += 1
                 if failures >= 30:
-                    fail(f"the stream from {api_url()} is gone: {exc}")
+                    unreachable(exc)
             time.sleep(1.0)
     except KeyboardInterrupt:
         return 0

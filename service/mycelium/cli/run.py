@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 from mycelium.cli.client import fail
-from mycelium.ledger.config import ConfigError, load_config
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 _REFUSED_FLAGS = {"-E", "-I", "-S"}
@@ -24,7 +23,7 @@ _HARMLESS_FLAGS = {"-u", "-B", "-O", "-OO", "-q", "-b", "-bb", "-s"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("run", help="run a Python app with the configured tools ledgered (-- python -m app)")
+    p = sub.add_parser("run")
     p.add_argument("--config", type=Path, default=Path("mycelium.yaml"), help="default ./mycelium.yaml")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- python -m module [args] | python script.py")
     p.set_defaults(func=run)
@@ -61,6 +60,8 @@ def parse_command(command: list[str]) -> tuple[str, str, list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mycelium.ledger.config import ConfigError, load_config
+
     kind, target, argv = parse_command(list(args.command))
     sys.path.insert(0, os.getcwd() if kind != "script" else str(Path(target).resolve().parent))
     try:

@@ -12,7 +12,7 @@ from mycelium.cli.common import add_author, add_json, handle_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("transitions", help="the transition ledger: ls, show, release, dead")
+    p = sub.add_parser("transitions")
     tsub = p.add_subparsers(dest="transitions_command", metavar="<action>")
     tsub.required = True
 

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mycelium import environment
+from mycelium.cli.common import no_hub_data
 from mycelium.settings import load_settings
 from mycelium.workers import LOOP_NAMES
 
@@ -56,17 +58,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if "indexer" not in {loop.name for loop in loops}:
         settings = settings.model_copy(update={"embedder": "none"})  # no model to load
-    if not settings.database_url:
-        from mycelium.db.embedded import EmbeddedPostgres
+    # --log-level is for the hub's own loggers; libraries speak at warnings and above
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("mycelium").setLevel(args.log_level.upper())
+    from mycelium.db.embedded import NoCluster
 
-        pgdata = EmbeddedPostgres(settings.resolved_data_dir()).pgdata
-        if not (pgdata / "PG_VERSION").exists():
-            print(f"mycelium worker: no hub database in {pgdata} and no DATABASE_URL;\n"
-                  "  start the hub there first (mycelium up --data-dir …), or pass --database-url",
-                  file=sys.stderr)
-            return 1
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    return asyncio.run(_serve(settings, loops))
+    try:
+        return asyncio.run(_serve(settings, loops))
+    except NoCluster as missing:
+        no_hub_data(environment.data_dir(args.data_dir), f"no hub database in {missing.pgdata}")
 
 
 async def _serve(settings: Settings, loops: list[Loop]) -> int:
@@ -76,9 +76,14 @@ async def _serve(settings: Settings, loops: list[Loop]) -> int:
     running = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         running.add_signal_handler(sig, stop.set)
-    hub = Hub(settings, loops=loops, kind="worker")
+    hub = Hub(settings, loops=loops, kind="worker", create_cluster=False)
+    from mycelium.db.embedded import NoCluster
+
     try:
         await hub.start()
+    except NoCluster:
+        await hub.stop()
+        raise
     except Exception as exc:
         print(f"mycelium worker: could not start: {type(exc).__name__}: {exc}", file=sys.stderr)
         await hub.stop()

@@ -9,6 +9,8 @@ Lifetime rules, chosen so that no crash leaves a state the next start cannot rec
   succeeds, nobody else is attached and the process stops the server.
 * A server left running by a killed hub is simply adopted by the next start; a stale
   ``postmaster.pid`` whose process is gone is removed before starting.
+* Only a caller that says so creates a cluster (``attach(create=True)``, what ``mycelium up`` does);
+  ``attach(create=False)`` refuses a folder without one (``NoCluster``) and writes nothing there.
 
 The server listens on a unix socket only (in the data folder, or in a short runtime folder when the
 path is too long for a socket name). As root, it runs as the system user ``embedded_postgres``.
@@ -36,6 +38,14 @@ _SOCKET_NAME = ".s.PGSQL.5432"
 
 class EmbeddedServerError(RuntimeError):
     pass
+
+
+class NoCluster(EmbeddedServerError):
+    """No cluster where one was expected, and the caller did not ask for one to be created."""
+
+    def __init__(self, pgdata: Path) -> None:
+        super().__init__(f"no embedded PostgreSQL cluster in {pgdata}")
+        self.pgdata = pgdata
 
 
 def _bin_dir() -> Path:
@@ -76,11 +86,20 @@ class EmbeddedPostgres:
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
-    def attach(self) -> str:
-        """Start the server (or adopt a running one), register this process as a user, return a DSN."""
+    def exists(self) -> bool:
+        """Whether the folder holds a cluster (``initdb`` has run in it)."""
+        return (self.pgdata / "PG_VERSION").is_file()
+
+    def attach(self, *, create: bool = True) -> str:
+        """Start the server (or adopt a running one), register this process as a user, return a DSN.
+
+        ``create``: make the data folder and the cluster if they are missing; without it, a folder
+        with no cluster raises ``NoCluster`` before anything is written."""
+        if not create and not self.exists():
+            raise NoCluster(self.pgdata)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self._startstop():
-            self._ensure_initdb()
+            self._ensure_initdb(create)
             if not self._running():
                 self._clear_stale_pid()
                 self._start()
@@ -173,11 +192,13 @@ class EmbeddedPostgres:
             sock.mkdir(parents=True, exist_ok=True)
             os.chown(sock, entry.pw_uid, entry.pw_gid)
 
-    def _ensure_initdb(self) -> None:
+    def _ensure_initdb(self, create: bool) -> None:
+        if not create and not self.exists():  # removed since attach looked
+            raise NoCluster(self.pgdata)
         self.pgdata.mkdir(parents=True, exist_ok=True)
         self.pgdata.chmod(0o700)
         self._prepare_permissions()
-        if (self.pgdata / "PG_VERSION").exists():
+        if self.exists():
             return
         result = self._run(
             "initdb",
