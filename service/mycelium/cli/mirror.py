@@ -64,8 +64,11 @@ def _export(args: argparse.Namespace) -> int:
             fail("the database's hub schema is out of date: migrate it with `mycelium db upgrade`")
         except (OSError, asyncpg.PostgresError) as exc:
             fail(f"cannot read the database: {exc}")
-    print(f"mirror rebuilt in {where.path / 'rooms'}: {result.written} written, {result.removed} removed")
-    return 0
+    print(f"mirror rebuilt in {where.path / 'rooms'}: {result.written} written, {result.removed} removed"
+          + (f", {len(result.failed)} could not be written" if result.failed else ""))
+    for problem in result.failed:
+        print(f"  cannot write {problem}")
+    return 1 if result.failed else 0
 
 
 def collect(folder: Path, room: str | None) -> list[tuple[str, str, Path]]:
