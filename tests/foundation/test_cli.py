@@ -60,23 +60,3 @@ def test_an_unreachable_hub_is_a_one_line_error(tmp_path):
     assert out.returncode == 1 and "cannot reach the hub" in out.stderr
 
 
-def test_hand_edited_files_import_back_through_the_upsert(hub_url, tmp_path):
-    cli(hub_url, "room", "create", "atlas")
-    cli(hub_url, "memory", "set", "-r", "atlas", "notes/a", "original")
-    folder = tmp_path / "import" / "atlas"
-    (folder / "notes").mkdir(parents=True)
-    (folder / "notes" / "a.md").write_text("---\nkey: notes/a\nversion: 1\nstatus: edited\ntags: [x]\n---\nedited body\n")
-    (folder / "notes" / "b.md").write_text("just a body, no frontmatter\n")
-    (folder / "bad.md").write_text("---\nkey: [unclosed\n---\nx\n")
-    out = cli(hub_url, "mirror", "import", str(tmp_path / "import"), ok=False)
-    assert out.returncode == 1  # one file refused, and said so
-    assert "imported 2 of 3" in out.stdout and "bad" in out.stdout
-    a = json.loads(cli(hub_url, "memory", "get", "-r", "atlas", "notes/a", "--json").stdout)
-    assert a["version"] == 2 and a["value"]["text"] == "edited body" and a["meta"] == {"status": "edited"}
-    assert a["tags"] == ["x"]
-    b = json.loads(cli(hub_url, "memory", "get", "-r", "atlas", "notes/b", "--json").stdout)
-    assert b["value"]["text"] == "just a body, no frontmatter"
-    (folder / "bad.md").unlink()
-    stale = cli(hub_url, "mirror", "import", str(tmp_path / "import"), ok=False)  # notes/a moved on to v2
-    assert "stale_base" in stale.stdout
-    cli(hub_url, "mirror", "import", str(tmp_path / "import"), "--force")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mycelium import environment
-from mycelium.cli.client import call, fail, request
+from mycelium.cli.client import call, fail, refused, request
 from mycelium.cli.common import add_author, add_database_options, handle_of, no_hub_data, path_part
 from mycelium.cli.db import database
 from mycelium.cli.progress import Progress
@@ -25,11 +25,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_database_options(e)
     e.set_defaults(func=_export)
 
-    i = msub.add_parser("import", help="load markdown files back through the memory upsert (via the hub)")
+    i = msub.add_parser("import", help="load changed markdown files back through the memory upsert (via "
+                        "the hub); unchanged files are skipped, missing rooms and memories created")
     i.add_argument("dir", type=Path, help="a folder of room folders, or one room's folder with --room")
     i.add_argument("-r", "--room", help="DIR is this room's folder")
     i.add_argument("--force", action="store_true",
-                   help="overwrite even if the memory moved on since the file's version")
+                   help="write changed files even if the memory moved on since the file's version")
     add_author(i)
     i.set_defaults(func=_import)
 
@@ -71,74 +72,86 @@ def _export(args: argparse.Namespace) -> int:
     return 1 if result.failed else 0
 
 
-def collect(folder: Path, room: str | None) -> list[tuple[str, str, Path]]:
-    """(room, key, path) for every markdown file to import."""
-    if not folder.is_dir():
-        fail(f"{folder} is not a folder")
-    found: list[tuple[str, str, Path]] = []
-    roots = [(room, folder)] if room else [(d.name, d) for d in sorted(folder.iterdir()) if d.is_dir()]
-    for room_name, root in roots:
-        for path in sorted(root.rglob("*.md")):
-            key = path.relative_to(root).with_suffix("").as_posix()
-            found.append((room_name or "", key, path))
-    return found
+def _current(room: str) -> dict[str, dict[str, Any]]:
+    """Every memory of a room at its current version, by key (read in pages of a thousand)."""
+    found: dict[str, dict[str, Any]] = {}
+    while True:
+        page = call("GET", f"/api/rooms/{path_part(room)}/memory",
+                    params={"limit": 1000, "offset": len(found)}, timeout=120)
+        found.update({m["key"]: m for m in page})
+        if len(page) < 1000:
+            return found
 
 
-def _item(key: str, path: Path, by: str, force: bool) -> dict[str, Any]:
-    from mycelium.mirror.render import parse_file
+def _ensure_room(room: str, by: str) -> bool:
+    """True if the room had to be created (an export restored into a hub that lacks it)."""
+    response = request("GET", f"/api/rooms/{path_part(room)}")
+    if response.status == 200:
+        return False
+    if response.status != 404:
+        refused(response)
+    call("POST", "/api/rooms", json_body={"name": room, "created_by": by})
+    return True
 
-    parsed = parse_file(path.read_text(encoding="utf-8"))
-    item: dict[str, Any] = {"key": key, "value": parsed.body, "created_by": by, "meta": parsed.meta}
-    tags = parsed.frontmatter.get("tags")
-    if isinstance(tags, list):
-        item["tags"] = [str(t) for t in tags]
-    version = parsed.frontmatter.get("version")
-    if not force and isinstance(version, int):
-        item["base_version"] = version
-    return item
+
+def _write(room: str, items: list[dict[str, Any]], problems: list[str]) -> int:
+    """Write a batch; if the hub refuses it, write one by one to find the refused files."""
+    url = f"/api/rooms/{path_part(room)}/memory"
+    if request("POST", url, json_body={"items": items}, timeout=120).status == 201:
+        return len(items)
+    written = 0
+    for item in items:
+        single = request("POST", url, json_body={"items": [item]}, timeout=120)
+        if single.status == 201:
+            written += 1
+        else:
+            body = single.json() if single.body else {}
+            problems.append(f"{room}/{item['key']}: {single.status} {body.get('error')}: "
+                            f"{body.get('message')}")
+    return written
 
 
 def _import(args: argparse.Namespace) -> int:
-    from mycelium.mirror.render import MalformedFile
+    from mycelium.mirror.importing import collect, plan
 
-    files = collect(args.dir, args.room)
+    if not args.dir.is_dir():
+        fail(f"{args.dir} is not a folder")
+    files, problems = collect(args.dir, args.room)
     by = handle_of(args)
-    progress = Progress(len(files), "importing")
-    problems: list[str] = []
+    total = len(files) + len(problems)
+    progress = Progress(total, "importing")
+    progress.advance(len(problems))
+    counts = {"create": 0, "change": 0, "unchanged": 0}
+    created_rooms: list[str] = []
     written = 0
-    by_room: dict[str, list[tuple[str, Path]]] = {}
-    for room, key, path in files:
-        by_room.setdefault(room, []).append((key, path))
-    for room, entries in by_room.items():
-        call("GET", f"/api/rooms/{path_part(room)}")  # a clear error if the room is missing
-        for start in range(0, len(entries), BATCH):
-            chunk = entries[start:start + BATCH]
-            items = []
-            for key, path in chunk:
-                try:
-                    items.append(_item(key, path, by, args.force))
-                except (MalformedFile, UnicodeDecodeError) as exc:
-                    problems.append(f"{room}/{key}: {exc}")
-                    progress.advance()
-            if not items:
-                continue
-            url = f"/api/rooms/{path_part(room)}/memory"
-            response = request("POST", url, json_body={"items": items}, timeout=120)
-            if response.status == 201:
-                written += len(items)
-                progress.advance(len(items))
-                continue
-            for item in items:  # find which files were refused, write the rest
-                single = request("POST", url, json_body={"items": [item]}, timeout=120)
-                if single.status == 201:
-                    written += 1
-                else:
-                    body = single.json()
-                    problems.append(f"{room}/{item['key']}: {single.status} "
-                                    f"{body.get('error')}: {body.get('message')}")
+    rooms: dict[str, list[Any]] = {}
+    for f in files:
+        rooms.setdefault(f.room, []).append(f)
+    for room, room_files in rooms.items():
+        if _ensure_room(room, by):
+            created_rooms.append(room)
+        current = _current(room)
+        writes: list[dict[str, Any]] = []
+        for f in room_files:
+            decision = plan(f, current.get(f.key), by, args.force)
+            if decision.verdict == "refuse":
+                problems.append(f"{room}/{f.key}: {decision.reason}")
                 progress.advance()
+                continue
+            counts[decision.verdict] += 1
+            if decision.item is None:
+                progress.advance()
+            else:
+                writes.append(decision.item)
+        for start in range(0, len(writes), BATCH):
+            chunk = writes[start:start + BATCH]
+            written += _write(room, chunk, problems)
+            progress.advance(len(chunk))
     progress.close()
-    print(f"imported {written} of {len(files)} files")
+    for room in created_rooms:
+        print(f"created room {room}")
+    print(f"imported {written} of {total} files: {counts['create']} created, {counts['change']} changed, "
+          f"{counts['unchanged']} unchanged" + (f", {len(problems)} refused" if problems else ""))
     for problem in problems:
         print(f"  refused {problem}")
     return 1 if problems else 0

@@ -15,6 +15,17 @@ def _iso(value: datetime | str) -> str:
     return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
+def is_prose(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"text"} and isinstance(value["text"], str)
+
+
+def body_of(value: dict[str, Any]) -> str:
+    """A memory's content as the body of its file: prose as it is, other content as YAML."""
+    if is_prose(value):
+        return str(value["text"])
+    return yaml.safe_dump(value, sort_keys=False, allow_unicode=True)
+
+
 def render_memory(row: Any) -> str:
     """One memory row as a markdown file."""
     front: dict[str, Any] = {
@@ -30,11 +41,7 @@ def render_memory(row: Any) -> str:
     for k, v in (row["meta"] or {}).items():
         if k not in front:
             front[k] = v
-    value = row["value"]
-    if isinstance(value, dict) and set(value) == {"text"} and isinstance(value["text"], str):
-        body = value["text"]
-    else:
-        body = yaml.safe_dump(value, sort_keys=False, allow_unicode=True)
+    body = body_of(row["value"])
     header = yaml.safe_dump(front, sort_keys=False, allow_unicode=True, default_flow_style=False)
     return f"---\n{header}---\n{body}\n"
 
