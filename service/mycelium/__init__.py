@@ -64,6 +64,25 @@ if TYPE_CHECKING:
 _LAZY = {
     "HubLedgerStorage": "mycelium.ledger.hub_http",
     "PostgresLedgerStorage": "mycelium.ledger.postgres",
+    "protect": "mycelium.guards.protect",
+    "protect_sync": "mycelium.guards.protect",
+    "Session": "mycelium.guards.session",
+    "MessageValidator": "mycelium.guards.messages",
+    "MessageValidationError": "mycelium.guards.messages",
+    "HistoryGuard": "mycelium.guards.history",
+    "HistoryTruncatedError": "mycelium.guards.history",
+    "bounded": "mycelium.guards.boundary",
+    "bounded_sync": "mycelium.guards.boundary",
+    "ToolBoundaryError": "mycelium.guards.boundary",
+    "ToolBoundaryExhaustedError": "mycelium.guards.boundary",
+    "tool_error_message": "mycelium.guards.boundary",
+    "ToolRegistry": "mycelium.guards.registry",
+    "ToolRunner": "mycelium.guards.runner",
+    "StateFlush": "mycelium.guards.state_flush",
+    "StateFlushError": "mycelium.guards.state_flush",
+    "StateSnapshot": "mycelium.guards.state_flush",
+    "InMemoryStateFlushStorage": "mycelium.guards.state_flush",
+    "FileStateFlushStorage": "mycelium.guards.state_flush",
 }
 
 
