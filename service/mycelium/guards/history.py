@@ -11,8 +11,6 @@ raises when a ``track_keywords`` word present at ``validate`` is gone.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections import Counter, deque
 from typing import Any
 
@@ -50,14 +48,13 @@ def _content(msg: Any) -> Any:
     return msg.get("content", "") if isinstance(msg, dict) else getattr(msg, "content", msg)
 
 
-def _fingerprint(msg: Any) -> str:
+def _fingerprint(msg: Any) -> tuple[str, str, str, Any]:
+    """What makes two messages the same turn: role, text, tool calls and tool-call id."""
     if isinstance(msg, dict):
         calls, call_id = msg.get("tool_calls"), msg.get("tool_call_id")
     else:
         calls, call_id = getattr(msg, "tool_calls", None), getattr(msg, "tool_call_id", None)
-    parts = [role_of(msg), text_of(_content(msg)), calls or None, call_id]
-    raw = json.dumps(parts, sort_keys=True, default=str)
-    return hashlib.blake2b(raw.encode("utf-8"), digest_size=16).hexdigest()
+    return role_of(msg), text_of(_content(msg)), repr(calls) if calls else "", call_id
 
 
 class HistoryGuard:
@@ -89,7 +86,7 @@ class HistoryGuard:
         self._count: Any = None
         self.tokenizer_name = ""
         self._counted: dict[str, int] = {}
-        self._last: Counter[str] | None = None
+        self._last: Counter[tuple[str, str, str, Any]] | None = None
         self._last_keywords: set[str] = set()
         self._audit: deque[dict[str, Any]] = deque(maxlen=1000)
 
@@ -138,7 +135,7 @@ class HistoryGuard:
                         f"{self._max_messages}", count, tokens)
         prints = [_fingerprint(m) for m in messages]
         if self._detect_duplicates:
-            seen: set[str] = set()
+            seen: set[tuple[str, str, str, Any]] = set()
             repeated = []
             for i, fp in enumerate(prints):
                 if fp in seen:

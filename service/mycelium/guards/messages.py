@@ -59,8 +59,10 @@ def tool_call_id_of(tc: Any) -> str | None:
 
 
 def _index_of(tc: Any) -> int | None:
-    value = tc.get("index") if isinstance(tc, dict) else None
-    return int(value) if isinstance(value, (int, str)) and str(value).lstrip("-").isdigit() else None
+    value = tc.get("index") if type(tc) is dict else None
+    if value is None or type(value) is int:
+        return value
+    return int(value) if isinstance(value, str) and value.lstrip("-").isdigit() else None
 
 
 def _mixed_blocks(calls: list[Any]) -> bool:
@@ -98,28 +100,31 @@ class MessageValidator:
         """Raise :class:`MessageValidationError` at the first violation; else return ``messages``."""
         called: set[str] = set()
         answered: set[str] = set()
+        strict, indices, parsed = self._strict_roles, self._check_indices, self._check_parsed
         for i, msg in enumerate(messages):
-            role = role_of(msg)
-            if self._strict_roles and role not in VALID_ROLES:
+            plain = type(msg) is dict
+            role = msg.get("role", "") if plain else role_of(msg)
+            if strict and role not in VALID_ROLES:
                 self._fail("invalid_role", i, f"message {i} has role {role!r}; expected one of "
                            f"{', '.join(sorted(VALID_ROLES))}")
-            calls = _get(msg, "tool_calls") or []
+            calls = msg.get("tool_calls") if plain else getattr(msg, "tool_calls", None)
             if calls:
-                if _mixed_blocks(calls):
+                ids = [tc.get("id") if type(tc) is dict else tool_call_id_of(tc) for tc in calls]
+                named = [x for x in ids if x]
+                if any(x.startswith("fc_") for x in named) and any(x.startswith("call_") for x in named):
                     self._fail("duplicate_tool_call_blocks", i, f"message {i} holds both partial fc_* and "
                                "final call_* tool-call blocks (a streaming artifact); repair() drops fc_*")
-                if _repeats(calls):
-                    self._fail("duplicate_tool_call_ids", i, f"message {i} repeats a tool-call id: "
-                               f"{[tool_call_id_of(tc) for tc in calls]}")
-                if self._check_indices:
+                if len(set(named)) != len(named):
+                    self._fail("duplicate_tool_call_ids", i, f"message {i} repeats a tool-call id: {ids}")
+                if indices:
                     first = next((x for x in map(_index_of, calls) if x is not None), None)
                     if first not in (None, 0):
                         self._fail("nonzero_tool_call_index", i, f"message {i}'s tool calls start at index "
                                    f"{first}, not 0 (results would be matched to the wrong call)")
                 if role == "assistant":
-                    called.update(i for i in map(tool_call_id_of, calls) if i)
-            if role == "tool":
-                tcid = _get(msg, "tool_call_id")
+                    called.update(named)
+            elif role == "tool":
+                tcid = msg.get("tool_call_id") if plain else getattr(msg, "tool_call_id", None)
                 if not tcid:
                     self._fail("missing_tool_call_id", i, f"message {i} is a tool result without a "
                                "tool_call_id; the model cannot match it to its call")
@@ -130,7 +135,7 @@ class MessageValidator:
                     self._fail("duplicate_tool_result", i, f"message {i} is a second result for tool call "
                                f"{tcid!r}")
                 answered.add(tcid)
-            if self._check_parsed and isinstance(msg, dict) and "parsed" in msg:
+            if parsed and plain and "parsed" in msg:
                 self._fail("parsed_artifact", i, f"message {i} carries a structured-output 'parsed' field; "
                            "repair() strips it")
         self._audit.append({"event": "validation_ok", "message_count": len(messages)})
