@@ -42,7 +42,10 @@ def test_the_seed_sync_boundary_checks_inputs_before_the_body_runs():
     assert "customer_id" in err.llm_message and "'customer-1'" in err.llm_message
     assert "^c\\\\d+$" in err.llm_message or r"^c\d+$" in err.llm_message
     assert refused(fetch_customer).violation == "missing_required_field"
-    assert refused(fetch_customer, customer_id=None).violation == "missing_required_field"
+    null = refused(fetch_customer, customer_id=None)
+    assert null.violation == "type_mismatch" and "null" in null.llm_message
+    unexpected = refused(fetch_customer, customer_id="c1", ids=[1])  # not a TypeError from the body
+    assert (unexpected.violation, unexpected.field) == ("unexpected_kwarg", "ids")
     assert refused(fetch_customer, customer_id=7).violation == "type_mismatch"
     assert ran == ["c1", "c1"]
 
@@ -65,6 +68,44 @@ def test_each_field_spec_key():
     assert refused(tool, price=1, count=True).violation == "type_mismatch"
     assert refused(tool, price=1, flag="yes").violation == "type_mismatch"
     assert refused(tool).violation == "missing_required_field"
+
+
+def test_arrays_with_items_and_objects():
+    @bounded_sync(schema={"ids": {"type": "array", "items": {"type": "integer"}, "required": True,
+                                  "max_length": 3},
+                          "options": {"type": "object"}})
+    def tool(ids: list, options: dict | None = None) -> int:
+        return len(ids)
+
+    assert tool(ids=[1, 2, 3], options={"a": 1}) == 3
+    assert refused(tool, ids=[1, "2"]).violation == "type_mismatch"
+    assert refused(tool, ids=[1, 2, 3, 4]).violation == "too_long"
+    assert refused(tool, ids=[1], options=[1]).violation == "type_mismatch"
+    assert refused(tool).violation == "missing_required_field"
+    with pytest.raises(ValueError, match="items applies to type: array"):
+        bounded_sync(schema={"a": {"type": "string", "items": {"type": "string"}}})
+
+
+def test_symbolic_links_cannot_leave_an_allowed_folder_and_loops_are_refused(tmp_path):
+    allowed, outside = tmp_path / "allowed", tmp_path / "outside"
+    allowed.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_text("keep")
+    (allowed / "escape").symlink_to(outside, target_is_directory=True)
+    (allowed / "loop-a").symlink_to(allowed / "loop-b")
+    (allowed / "loop-b").symlink_to(allowed / "loop-a")
+    (allowed / "ok.txt").write_text("fine")
+    ran = []
+
+    @bounded_sync(allowed_paths=[str(allowed)])
+    def read(path: str) -> str:
+        ran.append(path)
+        return open(path).read()
+
+    assert read(path=str(allowed / "ok.txt")) == "fine"
+    for path in (allowed / "escape" / "secret.txt", allowed / "loop-a" / "x"):
+        assert refused(read, path=str(path)).violation == "scope_path"
+    assert ran == [str(allowed / "ok.txt")]
 
 
 def test_a_wrong_schema_is_refused_when_decorating():

@@ -177,6 +177,25 @@ async def test_the_runner_from_the_registry_and_runner_sections(app):
     assert auto.registry.allowed_tools == {"a", "b"}
 
 
+def test_a_tool_configured_only_for_the_guards_is_not_ledgered(app):
+    module, tmp = app
+    config = load_config(write(tmp, f"""
+        tools:
+          fetch_customer:
+            callable: {module.__name__}:fetch_customer
+            protect: {{entity_param: customer_id}}
+            bounded: {{schema: {{customer_id: {{type: string, required: true}}}}}}
+    """))
+    assert config.ledgered_tools() == [] and config.guarded_tools() == ["fetch_customer"]
+    config.instrument(module)  # no ledger store is needed
+    with config.run("t"):
+        module.fetch_customer(customer_id="c1")
+        module.fetch_customer("c1")
+        with pytest.raises(ToolBoundaryError):
+            module.fetch_customer(customer_id=None)
+    assert module.calls == [("fetch", "c1")]
+
+
 @pytest.mark.parametrize(
     ("text", "named"),
     [

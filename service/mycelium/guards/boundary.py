@@ -2,8 +2,14 @@
 
 Schemas are plain dicts of field specs: ``{"customer_id": {"type": "string", "required": True,
 "pattern": r"^c\\d+$", "min_length": 2, "max_length": 32}}``. ``type`` is one of string, integer,
-number, boolean (an integer is a number; a bool is neither); ``pattern`` is searched in the text
-(anchor it with ``^…$``); the lengths apply to strings. Fields not in the schema are not checked.
+number, boolean (an integer is a number; a bool is neither), and, as later upstream releases,
+array (with ``items``: the spec of each element) and object; ``pattern`` is searched in the text
+(anchor it with ``^…$``); the lengths apply to strings and arrays. A required field that is absent
+or null is refused. Fields not in the schema are not checked, but a keyword argument the function
+does not take is refused (``unexpected_kwarg``) instead of reaching it as a TypeError.
+
+Paths are resolved before the ``allowed_paths`` check (``..`` and symbolic links cannot leave an
+allowed folder; a symlink loop is refused).
 
 Order: input schema, then scope (``entity_pattern`` on ``entity_param``, ``allowed_paths`` on
 ``path_param``), then the tool, then ``output_schema`` on its result. A failure raises
@@ -16,10 +22,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-import posixpath
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -29,8 +36,13 @@ TYPES: dict[str, tuple[type, ...]] = {
     "integer": (int,),
     "number": (int, float),
     "boolean": (bool,),
+    "array": (list, tuple),
+    "object": (Mapping,),
 }
-SPEC_KEYS = frozenset({"type", "required", "pattern", "min_length", "max_length", "description"})
+SPEC_KEYS = frozenset({"type", "required", "pattern", "min_length", "max_length", "items", "description"})
+# Keyword arguments the ledger reads: passed through, never refused as unexpected.
+BOOKKEEPING = frozenset({"request_id", "tool_call_id", "thread_id", "run_id", "node", "state_ref",
+                         "decision_id", "parent_request_id", "handoff_id", "runtime"})
 OUTPUT_VIOLATION = "output_validation_failed"
 
 
@@ -105,22 +117,31 @@ class FieldCheck:
     pattern: re.Pattern[str] | None
     min_length: int | None
     max_length: int | None
+    items: FieldCheck | None = None
 
     def problem(self, present: bool, value: Any) -> tuple[str, str] | None:
         """(violation, expected) or None when the value passes."""
-        if not present or value is None:
+        if not present:
             return ("missing_required_field", "a value for this field") if self.required else None
+        if value is None:
+            return ("type_mismatch", f"{self.type_name}, not null") if self.required else None
         if self.types is not None and (
             not isinstance(value, self.types) or (isinstance(value, bool) and self.type_name != "boolean")
         ):
             return "type_mismatch", self.type_name
-        if isinstance(value, str):
-            if self.pattern is not None and self.pattern.search(value) is None:
+        if isinstance(value, (str, list, tuple)):
+            unit = "characters" if isinstance(value, str) else "items"
+            if isinstance(value, str) and self.pattern is not None and self.pattern.search(value) is None:
                 return "pattern_mismatch", f"string matching pattern {self.pattern.pattern!r}"
             if self.min_length is not None and len(value) < self.min_length:
-                return "too_short", f"at least {self.min_length} characters"
+                return "too_short", f"at least {self.min_length} {unit}"
             if self.max_length is not None and len(value) > self.max_length:
-                return "too_long", f"at most {self.max_length} characters"
+                return "too_long", f"at most {self.max_length} {unit}"
+            if self.items is not None and not isinstance(value, str):
+                for element in value:
+                    found = self.items.problem(True, element)
+                    if found is not None:
+                        return found[0], f"an array of {found[1]}"
         return None
 
 
@@ -130,38 +151,50 @@ def compile_schema(schema: Mapping[str, Any] | None, where: str) -> tuple[FieldC
         return ()
     if not isinstance(schema, Mapping):
         raise ValueError(f"{where}: a schema is a mapping of field name -> field spec, got {schema!r}")
-    checks = []
-    for name, spec in schema.items():
-        if not isinstance(spec, Mapping):
-            raise ValueError(f"{where}.{name}: a field spec is a mapping (type, required, pattern, ...)")
-        unknown = set(spec) - SPEC_KEYS
-        if unknown:
-            raise ValueError(f"{where}.{name}: unknown field spec key(s) {', '.join(sorted(unknown))}")
-        type_name = spec.get("type")
-        if type_name is not None and type_name not in TYPES:
-            raise ValueError(f"{where}.{name}.type: {type_name!r} is not one of {', '.join(TYPES)}")
-        for key in ("min_length", "max_length"):
-            if spec.get(key) is not None and (isinstance(spec[key], bool) or not isinstance(spec[key], int)):
-                raise ValueError(f"{where}.{name}.{key} must be an integer")
-        try:
-            pattern = re.compile(spec["pattern"]) if spec.get("pattern") is not None else None
-        except (re.error, TypeError) as exc:
-            raise ValueError(f"{where}.{name}.pattern: {exc}") from exc
-        checks.append(FieldCheck(
-            str(name), TYPES[type_name] if type_name else None, str(type_name or "any"),
-            bool(spec.get("required", False)), pattern, spec.get("min_length"), spec.get("max_length"),
-        ))
-    return tuple(checks)
+    return tuple(compile_field(str(name), spec, f"{where}.{name}") for name, spec in schema.items())
+
+
+def compile_field(name: str, spec: Any, where: str) -> FieldCheck:
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"{where}: a field spec is a mapping (type, required, pattern, ...)")
+    unknown = set(spec) - SPEC_KEYS
+    if unknown:
+        raise ValueError(f"{where}: unknown field spec key(s) {', '.join(sorted(unknown))}")
+    type_name = spec.get("type")
+    if type_name is not None and type_name not in TYPES:
+        raise ValueError(f"{where}.type: unknown type {type_name!r} (one of {', '.join(TYPES)})")
+    for key in ("min_length", "max_length"):
+        if spec.get(key) is not None and (isinstance(spec[key], bool) or not isinstance(spec[key], int)):
+            raise ValueError(f"{where}.{key} must be an integer")
+    if spec.get("items") is not None and type_name != "array":
+        raise ValueError(f"{where}.items applies to type: array")
+    try:
+        pattern = re.compile(spec["pattern"]) if spec.get("pattern") is not None else None
+    except (re.error, TypeError) as exc:
+        raise ValueError(f"{where}.pattern: {exc}") from exc
+    items = compile_field(name, spec["items"], f"{where}.items") if spec.get("items") is not None else None
+    return FieldCheck(
+        name, TYPES[type_name] if type_name else None, str(type_name or "any"),
+        bool(spec.get("required", False)), pattern, spec.get("min_length"), spec.get("max_length"), items,
+    )
+
+
+def _resolved(path: str) -> str | None:
+    """The absolute path with ``..`` and symbolic links resolved; None for a symlink loop."""
+    try:
+        return str(Path(path).resolve(strict=False))
+    except (RuntimeError, OSError):
+        return None
 
 
 def _under(path: str, prefixes: tuple[str, ...]) -> bool:
-    """Whether the normalised path is one of the prefixes or inside one (``..`` cannot climb out)."""
-    norm = posixpath.normpath(path)
-    if path.startswith("//"):
-        norm = "/" + norm.lstrip("/")
+    """Whether the resolved path is one of the resolved prefixes or inside one."""
+    real = _resolved(path)
+    if real is None:
+        return False
     for prefix in prefixes:
-        root = posixpath.normpath(prefix)
-        if norm == root or norm.startswith(root.rstrip("/") + "/"):
+        root = _resolved(prefix)
+        if root is not None and (real == root or real.startswith(root.rstrip(os.sep) + os.sep)):
             return True
     return False
 
@@ -215,6 +248,9 @@ class _Checker:
         self.positions = {p.name: i for i, p in enumerate(params)
                           if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)}
         self.defaults = {p.name: p.default for p in params if p.default is not p.empty}
+        open_kwargs = not params or any(p.kind is p.VAR_KEYWORD for p in params)
+        self.accepted = None if open_kwargs else (
+            frozenset(p.name for p in params if p.kind is not p.POSITIONAL_ONLY) | BOOKKEEPING)
 
     def _arg(self, name: str, args: tuple, kwargs: dict) -> tuple[bool, Any]:
         if name in kwargs:
@@ -228,6 +264,11 @@ class _Checker:
 
     def before(self, args: tuple, kwargs: dict) -> None:
         c = self.config
+        if self.accepted is not None:
+            for key in kwargs:
+                if key not in self.accepted:
+                    raise _error(self.tool, "unexpected_kwarg", "input", key, None, kwargs[key],
+                                 f"{self.tool} takes no argument {key!r}; call it with its own arguments.")
         for check in c.input_checks:
             present, value = self._arg(check.name, args, kwargs)
             found = check.problem(present, value)

@@ -16,7 +16,7 @@ from typing import Any
 
 from mycelium.guards.messages import role_of
 from mycelium.guards.session import record_event
-from mycelium.guards.tokens import PER_MESSAGE, PRIMING, counter_for
+from mycelium.guards.tokens import PER_MESSAGE, PRIMING, counter_for, estimate
 
 
 class HistoryTruncatedError(Exception):
@@ -55,6 +55,11 @@ def _fingerprint(msg: Any) -> tuple[str, str, str, Any]:
     else:
         calls, call_id = getattr(msg, "tool_calls", None), getattr(msg, "tool_call_id", None)
     return role_of(msg), text_of(_content(msg)), repr(calls) if calls else "", call_id
+
+
+def estimate_tokens(messages: list[Any]) -> int:
+    """The estimate alone (no tokenizer): see :mod:`mycelium.guards.tokens`."""
+    return PRIMING + sum(PER_MESSAGE + estimate(text_of(_content(m))) for m in messages)
 
 
 class HistoryGuard:

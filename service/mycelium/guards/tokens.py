@@ -45,6 +45,7 @@ def _installed() -> Callable[[str], int] | None:
     tok = Tokenizer.from_str(gzip.decompress(_VOCABULARY.read_bytes()).decode("utf-8"))
     tok.no_padding()
     tok.no_truncation()
+    tok.model.max_input_chars_per_word = 1 << 20  # a long unbroken string is many pieces, not one [UNK]
 
     def count(text: str) -> int:
         return len(tok.encode(text, add_special_tokens=False).ids)

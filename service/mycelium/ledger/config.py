@@ -128,8 +128,15 @@ class LedgerConfig:
         return {k: dict(v or {}) for k, v in (self.data.get("tasks") or {}).items()}
 
     def ledgered_tools(self) -> list[str]:
+        """``action_ledger.tools``, else every tool except those configured only for the guards
+        (``protect`` / ``bounded`` with no ``side_effect_class``); ``ledger: false`` opts one out."""
         listed = (self.data.get("action_ledger") or {}).get("tools")
-        names = list(listed) if listed is not None else list(self.tools)
+        if listed is not None:
+            names = list(listed)
+        else:
+            guards_only = {"protect", "bounded"}
+            names = [n for n, spec in self.tools.items()
+                     if "side_effect_class" in spec or spec.get("ledger") or not guards_only & set(spec)]
         return [n for n in names if self.tools.get(n, {}).get("ledger", True)]
 
     def ledgered_tasks(self) -> list[str]:
