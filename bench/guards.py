@@ -154,7 +154,8 @@ def main() -> None:
 
 {machine()}; {args.rounds} interleaved rounds of {args.calls:,} calls (transcripts: {max(args.calls // 100, 50)}
 per round), median per call. Overhead = the guarded call minus the bare call of the same function
-(sync or async); a transcript guard's figure is its whole cost per 200-message transcript.
+(sync or async); a transcript guard's figure is its whole cost per 200-message transcript. The host's
+2 cores were shared with other work while this ran: between runs the figures moved by up to 3×.
 
 {table(["variant", "µs per call", "overhead µs"], rows)}
 
