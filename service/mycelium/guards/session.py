@@ -51,10 +51,6 @@ default_cache = ToolCache()
 _current: ContextVar[Session | None] = ContextVar("mycelium_session", default=None)
 
 
-def current_session() -> Session | None:
-    return _current.get()
-
-
 def get_cache() -> ToolCache:
     """The active session's cache, else the process default."""
     session = _current.get()
