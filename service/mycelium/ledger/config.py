@@ -6,30 +6,41 @@ install the hub's schema in a database that never had it), or ``storage: hub`` w
 ``url``/``url_env``; which tools or tasks are ledgered), ``tools`` and ``tasks`` (``callable:
 module:function``, ``side_effect_class`` and the other envelope fields), ``audit_receipt`` (receipts
 are always written by the database and signed by the hub; the section is accepted for compatibility).
-Sections for guards this SDK does not implement are reported and ignored.
+The guard sections (``registry``, ``runner``, ``history_guard``, ``message_validator``, ``state_flush``,
+``integrations``) and each tool's ``protect:`` / ``bounded:`` are described in
+:mod:`mycelium.guards.sections`. A section or key this SDK does not know is an error naming it.
+
+A configured tool is wrapped, outermost first: the LangGraph integration (``integrations.langgraph``),
+the ledger (tools listed under ``action_ledger.tools``, default all), ``bounded``, ``protect``, the
+function. ``config.run(thread_id)`` scopes one agent run (a cache Session, the thread in the
+transition keys, the state flush); ``config.prepare_messages(messages)`` runs the message validator
+and the history guard and records the messages in the run's flushed state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
-import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from mycelium.guards import sections
 from mycelium.ledger.binding import ToolTransitionBinding
 from mycelium.ledger.decorators import LEDGER_ATTR, ledger, ledger_sync
+from mycelium.ledger.identity import execution_scope
 from mycelium.ledger.ledger import ActionLedger
 from mycelium.ledger.stores import default_url, storage_for
 from mycelium.ledger.tasks import task_ledger, task_ledger_sync
 
-log = logging.getLogger("mycelium.ledger.config")
-
-KNOWN = {"transition", "action_ledger", "task_ledger", "audit_receipt", "tools", "tasks", "integrations"}
+KNOWN = {
+    "transition", "action_ledger", "task_ledger", "audit_receipt", "tools", "tasks", *sections.SECTION_KEYS
+}
 TOOL_KEYS = {
     "callable",
     "side_effect_class",
@@ -44,9 +55,12 @@ TOOL_KEYS = {
     "defer_read_only_unknown",
     "ledger",
     "side_effect_boundary",
+    "protect",
+    "bounded",
 }
 TASK_KEYS = {"callable", "ledger", "id_from", "side_effect_class", "wait"}
-IGNORED_TOOL_KEYS = {"protect", "bounded"}
+#: set on a function this configuration wrapped (so it is not wrapped twice)
+CONFIGURED_ATTR = "__mycelium_configured__"
 
 
 class ConfigError(ValueError):
@@ -97,6 +111,7 @@ def _install_schema(section: dict[str, Any], name: str) -> bool:
 class LedgerConfig:
     data: dict[str, Any]
     _ledgers: dict[tuple[str, bool], ActionLedger] = field(default_factory=dict)
+    _guards: dict[str, Any] = field(default_factory=dict)
 
     # -- sections ----------------------------------------------------------------------------------
 
@@ -113,8 +128,15 @@ class LedgerConfig:
         return {k: dict(v or {}) for k, v in (self.data.get("tasks") or {}).items()}
 
     def ledgered_tools(self) -> list[str]:
+        """``action_ledger.tools``, else every tool except those configured only for the guards
+        (``protect`` / ``bounded`` with no ``side_effect_class``); ``ledger: false`` opts one out."""
         listed = (self.data.get("action_ledger") or {}).get("tools")
-        names = list(listed) if listed is not None else list(self.tools)
+        if listed is not None:
+            names = list(listed)
+        else:
+            guards_only = {"protect", "bounded"}
+            names = [n for n, spec in self.tools.items()
+                     if "side_effect_class" in spec or spec.get("ledger") or not guards_only & set(spec)]
         return [n for n in names if self.tools.get(n, {}).get("ledger", True)]
 
     def ledgered_tasks(self) -> list[str]:
@@ -172,24 +194,53 @@ class LedgerConfig:
         except ValueError as exc:
             raise ConfigError(f"tools.{name}: {exc}") from exc
 
+    def guarded_tools(self) -> list[str]:
+        """The tools ``instrument`` wraps: the ledgered ones and those with ``protect`` / ``bounded``."""
+        names = self.ledgered_tools()
+        guarded = [n for n, spec in self.tools.items() if "protect" in spec or "bounded" in spec]
+        return names + [n for n in guarded if n not in names]
+
     def wrap_tool(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        if getattr(fn, LEDGER_ATTR, False):
+        if getattr(fn, CONFIGURED_ATTR, False):
             return fn
         spec = self.tools.get(name, {})
-        unknown = set(spec) - TOOL_KEYS - IGNORED_TOOL_KEYS
+        unknown = set(spec) - TOOL_KEYS
         if unknown:
             raise ConfigError(f"tools.{name}: unknown key(s) {', '.join(sorted(unknown))}")
-        reconciler = None
-        if spec.get("reconciler"):
-            _, _, target = import_target(spec["reconciler"])
-            reconciler = target() if isinstance(target, type) else target
-        deco = ledger if _is_async(fn) else ledger_sync
-        return deco(
-            action_ledger=self.action_ledger(),
-            transition_binding=self.binding(name),
-            reconciler=reconciler,
-            defer_read_only_unknown=bool(spec.get("defer_read_only_unknown")),
-        )(fn)
+        is_async = _is_async(fn)
+        wrapped = fn
+        if "protect" in spec:
+            options = sections.protect_options(name, spec["protect"])
+            from mycelium.guards.protect import protect, protect_sync
+
+            wrapped = (protect if is_async else protect_sync)(**options)(wrapped)
+        if "bounded" in spec:
+            options = sections.bounded_options(name, spec["bounded"])
+            from mycelium.guards.boundary import bounded, bounded_sync
+
+            wrapped = (bounded if is_async else bounded_sync)(**options)(wrapped)
+        if name in self.ledgered_tools() and not getattr(fn, LEDGER_ATTR, False):
+            reconciler = None
+            if spec.get("reconciler"):
+                _, _, target = import_target(spec["reconciler"])
+                reconciler = target() if isinstance(target, type) else target
+            wrapped = (ledger if is_async else ledger_sync)(
+                action_ledger=self.action_ledger(),
+                transition_binding=self.binding(name),
+                reconciler=reconciler,
+                defer_read_only_unknown=bool(spec.get("defer_read_only_unknown")),
+            )(wrapped)
+        if sections.langgraph_enabled(self.data):
+            from mycelium.integrations.langgraph import LangGraphIntegrationError, instrument_langgraph_tool
+
+            try:
+                wrapped = instrument_langgraph_tool(wrapped)
+            except LangGraphIntegrationError as exc:
+                raise ConfigError(f"tools.{name}: {exc}") from exc
+        if wrapped is fn:
+            return fn
+        setattr(wrapped, CONFIGURED_ATTR, True)
+        return wrapped
 
     def wrap_task(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         if getattr(fn, LEDGER_ATTR, False):
@@ -222,7 +273,7 @@ class LedgerConfig:
 
     def instrument(self, module: ModuleType) -> ModuleType:
         """Replace the module's configured tools and tasks with their ledgered versions."""
-        for names, wrap in ((self.ledgered_tools(), self.wrap_tool), (self.ledgered_tasks(), self.wrap_task)):
+        for names, wrap in ((self.guarded_tools(), self.wrap_tool), (self.ledgered_tasks(), self.wrap_task)):
             for name in names:
                 fn = getattr(module, name, None)
                 if callable(fn):
@@ -234,7 +285,7 @@ class LedgerConfig:
         seen: dict[str, str] = {}
         done: list[str] = []
         for names, specs, wrap, section in (
-            (self.ledgered_tools(), self.tools, self.wrap_tool, "tools"),
+            (self.guarded_tools(), self.tools, self.wrap_tool, "tools"),
             (self.ledgered_tasks(), self.tasks, self.wrap_task, "tasks"),
         ):
             for name in names:
@@ -251,6 +302,135 @@ class LedgerConfig:
                 done.append(target)
         return done
 
+    # -- guards ------------------------------------------------------------------------------------
+
+    @property
+    def registry(self) -> Any:
+        """The ``registry`` allow-list as a ToolRegistry (no section: an empty one, as upstream)."""
+        from mycelium.guards.registry import ToolRegistry
+
+        return ToolRegistry(allowed=sections.registry_allowed(self.data) or [])
+
+    def build_runner(self, registry: Any = None) -> Any:
+        """A ToolRunner with the ``registry`` allow-list and the ``runner`` retry settings."""
+        from mycelium.guards.runner import ToolRunner
+
+        return ToolRunner(registry=registry if registry is not None else self.registry,
+                          **sections.runner_settings(self.data))
+
+    def build_history_guard(self) -> Any:
+        """A new HistoryGuard from ``history_guard`` (None when the section is absent)."""
+        return sections.history_guard(self.data) if "history_guard" in self.data else None
+
+    def build_message_validator(self) -> Any:
+        """A MessageValidator when ``message_validator`` is enabled, else None."""
+        found = sections.message_validator(self.data) if "message_validator" in self.data else None
+        return found[0] if found else None
+
+    def build_state_flush(self) -> Any:
+        """The StateFlush of ``state_flush`` (one per configuration), or None."""
+        if "state_flush" not in self.data:
+            return None
+        if "state_flush" not in self._guards:
+            self._guards["state_flush"] = sections.state_flush(self.data)
+        return self._guards["state_flush"]
+
+    def prepare_messages(self, messages: list[Any]) -> list[Any]:
+        """Before a model call: repair (or validate) the messages, check the history guard, and record
+        the messages in the active run's flushed state. Inside ``config.run`` the history guard is the
+        run's own, so ``check_for_drops`` compares against this run's last messages."""
+        if "validator" not in self._guards:
+            found = sections.message_validator(self.data) if "message_validator" in self.data else None
+            self._guards["validator"] = found
+        found = self._guards["validator"]
+        if found is not None:
+            validator, mode = found
+            messages = validator.repair(messages) if mode == "repair" else validator.validate(messages)
+        guard = self.history_guard()
+        if guard is not None:
+            messages = guard.validate(messages)
+        from mycelium.guards.state_flush import get_active_flush_run
+
+        active = get_active_flush_run()
+        if active is not None:
+            active.record({"messages": list(messages)})
+        return messages
+
+    def history_guard(self) -> Any:
+        """The active run's HistoryGuard (outside ``config.run``: this configuration's), or None."""
+        if "history_guard" not in self.data:
+            return None
+        scope = _active_run.get()
+        if scope is not None and scope.config is self:
+            if scope.guard is None:
+                scope.guard = self.build_history_guard()
+            return scope.guard
+        if "history_guard" not in self._guards:
+            self._guards["history_guard"] = self.build_history_guard()
+        return self._guards["history_guard"]
+
+    def run(self, thread_id: str, *, run_id: str = "", use_session: bool = True) -> AgentRun:
+        """``with config.run(thread_id) as run:`` (or ``async with``): one agent run — a cache
+        Session, ``thread_id`` (and ``run_id``) in the transition keys of the calls inside, and the
+        ``state_flush`` run (``run.record``; flushed when the block ends)."""
+        return AgentRun(self, str(thread_id), str(run_id), use_session)
+
+
+_active_run: ContextVar[AgentRun | None] = ContextVar("mycelium_agent_run", default=None)
+
+
+class _NoFlush:
+    """The run handle when no ``state_flush`` is configured: records nothing."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.state: dict[str, Any] = {}
+
+    def record(self, patch: dict[str, Any]) -> None:
+        return None
+
+
+class AgentRun:
+    """The context ``config.run`` returns (sync and async)."""
+
+    def __init__(self, config: LedgerConfig, thread_id: str, run_id: str, use_session: bool) -> None:
+        self.config = config
+        self.guard: Any = None
+        self._thread_id, self._run_id, self._use_session = thread_id, run_id, use_session
+        self._stack: list[Any] = []
+
+    @contextlib.contextmanager
+    def _entered(self) -> Iterator[Any]:
+        flush = self.config.build_state_flush()
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(execution_scope(thread_id=self._thread_id, run_id=self._run_id))
+            if flush is not None:
+                handle = stack.enter_context(flush.run(self._thread_id, use_session=self._use_session))
+            else:
+                if self._use_session:
+                    from mycelium.guards.session import Session
+
+                    stack.enter_context(Session())
+                handle = _NoFlush(self._thread_id)
+            token = _active_run.set(self)
+            stack.callback(_active_run.reset, token)
+            yield handle
+
+    def __enter__(self) -> Any:
+        cm = self._entered()
+        handle = cm.__enter__()
+        self._stack.append(cm)
+        return handle
+
+    def __exit__(self, *exc: Any) -> bool:
+        return bool(self._stack.pop().__exit__(*exc))
+
+    async def __aenter__(self) -> Any:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: Any) -> bool:
+        return self.__exit__(*exc)
+
 
 def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn)
@@ -266,8 +446,27 @@ def load_config(path: str | Path) -> LedgerConfig:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
-    for section in sorted(set(data) - KNOWN):
-        log.warning("%s: section %r is not supported by this SDK and is ignored", path, section)
+    unknown = sorted(map(str, set(data) - KNOWN))
+    if unknown:
+        known = ", ".join(sorted(KNOWN))
+        raise ConfigError(f"{path}: unknown section(s) {', '.join(unknown)} (known: {known})")
+    tools = data.get("tools") or {}
+    if not isinstance(tools, dict):
+        raise ConfigError(f"{path}: tools must be a mapping of tool name -> settings")
+    for name, spec in tools.items():
+        if spec is not None and not isinstance(spec, dict):
+            raise ConfigError(f"tools.{name} must be a mapping of settings")
+        bad = set(spec or {}) - TOOL_KEYS
+        if bad:
+            raise ConfigError(f"tools.{name}: unknown key(s) {', '.join(sorted(bad))}")
+    for name, spec in (data.get("tasks") or {}).items():
+        bad = set(spec or {}) - TASK_KEYS
+        if bad:
+            raise ConfigError(f"tasks.{name}: unknown key(s) {', '.join(sorted(bad))}")
+    try:
+        sections.check(data)
+    except sections.SectionError as exc:
+        raise ConfigError(str(exc)) from exc
     for section in ("action_ledger", "task_ledger"):
         _install_schema(dict(data.get(section) or {}), section)
     cfg = LedgerConfig(data)

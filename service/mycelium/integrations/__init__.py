@@ -1,0 +1,1 @@
+"""Optional framework integrations (each imports its framework only when applied)."""
