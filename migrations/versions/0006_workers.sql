@@ -24,6 +24,7 @@ CREATE TABLE mycelium.worker_loops (
   last_success_at timestamptz,
   last_error text,
   last_error_at timestamptz,
+  warning text,
   failures integer NOT NULL DEFAULT 0 CHECK (failures >= 0),
   stuck boolean NOT NULL DEFAULT false,
   heartbeat_at timestamptz NOT NULL DEFAULT now(),
@@ -38,7 +39,7 @@ CREATE INDEX worker_loops_heartbeat ON mycelium.worker_loops (heartbeat_at);
 
 -- A process reports its loops: p_loops is a JSON array of objects with the loop's name ("loop"),
 -- "state", "leader", "backend_pid", "interval_seconds", "last_success_at", "last_error",
--- "last_error_at", "failures" and "stuck". A worker already marked stopped stays stopped.
+-- "last_error_at", "warning" (a problem of a loop that still runs), "failures" and "stuck". A worker already marked stopped stays stopped.
 CREATE OR REPLACE FUNCTION mycelium.beat_worker(
   p_worker uuid, p_kind text, p_host text, p_pid integer, p_started_at timestamptz, p_loops jsonb
 ) RETURNS integer LANGUAGE plpgsql AS $$
@@ -49,19 +50,19 @@ BEGIN
   END IF;
   INSERT INTO mycelium.worker_loops AS w (
     worker_id, loop, kind, host, pid, started_at, state, leader, backend_pid, interval_seconds,
-    last_success_at, last_error, last_error_at, failures, stuck, heartbeat_at)
+    last_success_at, last_error, last_error_at, warning, failures, stuck, heartbeat_at)
   SELECT p_worker, l.loop, p_kind, p_host, p_pid, p_started_at, l.state, coalesce(l.leader, false),
          l.backend_pid, l.interval_seconds, l.last_success_at, left(l.last_error, 2000), l.last_error_at,
-         coalesce(l.failures, 0), coalesce(l.stuck, false), now()
+         left(l.warning, 2000), coalesce(l.failures, 0), coalesce(l.stuck, false), now()
   FROM jsonb_to_recordset(p_loops) AS l (
     loop text, state text, leader boolean, backend_pid integer, interval_seconds double precision,
-    last_success_at timestamptz, last_error text, last_error_at timestamptz, failures integer,
-    stuck boolean)
+    last_success_at timestamptz, last_error text, last_error_at timestamptz, warning text,
+    failures integer, stuck boolean)
   ON CONFLICT (worker_id, loop) DO UPDATE
     SET state = excluded.state, leader = excluded.leader, backend_pid = excluded.backend_pid,
         interval_seconds = excluded.interval_seconds, last_success_at = excluded.last_success_at,
         last_error = excluded.last_error, last_error_at = excluded.last_error_at,
-        failures = excluded.failures, stuck = excluded.stuck, heartbeat_at = excluded.heartbeat_at
+        warning = excluded.warning, failures = excluded.failures, stuck = excluded.stuck, heartbeat_at = excluded.heartbeat_at
     WHERE w.state <> 'stopped';
   GET DIAGNOSTICS n = ROW_COUNT;
   RETURN n;
@@ -87,13 +88,14 @@ CREATE OR REPLACE FUNCTION mycelium.worker_report(p_alive_within interval DEFAUL
 RETURNS TABLE (
   worker_id uuid, loop text, kind text, host text, pid integer, started_at timestamptz, state text,
   leader boolean, interval_seconds double precision, last_success_at timestamptz, last_error text,
-  last_error_at timestamptz, failures integer, stuck boolean, heartbeat_at timestamptz, alive boolean
+  last_error_at timestamptz, warning text, failures integer, stuck boolean, heartbeat_at timestamptz,
+  alive boolean
 ) LANGUAGE sql STABLE AS $$
   SELECT w.worker_id, w.loop, w.kind, w.host, w.pid, w.started_at, w.state,
          w.leader AND a.alive AND EXISTS (
            SELECT 1 FROM pg_locks l
            WHERE l.pid = w.backend_pid AND l.locktype = 'advisory' AND l.granted),
-         w.interval_seconds, w.last_success_at, w.last_error, w.last_error_at, w.failures,
+         w.interval_seconds, w.last_success_at, w.last_error, w.last_error_at, w.warning, w.failures,
          w.stuck AND a.alive, w.heartbeat_at, a.alive
   FROM mycelium.worker_loops w
   CROSS JOIN LATERAL (SELECT w.state <> 'stopped' AND w.heartbeat_at >= now() - p_alive_within AS alive) a

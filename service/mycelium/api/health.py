@@ -3,7 +3,8 @@ running loops on the same database.
 
 ``schema_fingerprint`` digests the database's whole schema (``mycelium.schema_fingerprint()``):
 replicas on one schema report the same one, whatever revision id they were told. ``status`` is
-``ok``, or ``degraded`` when a loop of this process is failing or stuck (``problems`` says which).
+``ok``, or ``degraded`` when a loop of this process is failing, stuck or warns (mirror files it
+cannot write, say; ``problems`` says which).
 The HTTP status stays 200 either way: the API of a degraded process still serves, so a load
 balancer must not take it out of rotation for a background loop; monitoring reads ``status``.
 ``workers`` lists the processes of the deployment that beat within the last
@@ -27,7 +28,7 @@ from mycelium.workers.supervisor import ALIVE_SECONDS
 
 _WORKER_FIELDS = ("kind", "host", "pid", "started_at")
 _LOOP_FIELDS = ("loop", "state", "leader", "interval_seconds", "last_success_at", "last_error",
-                "last_error_at", "failures", "stuck", "heartbeat_at")
+                "last_error_at", "warning", "failures", "stuck", "heartbeat_at")
 
 
 def _problem(loop: dict[str, Any]) -> str | None:
@@ -35,6 +36,8 @@ def _problem(loop: dict[str, Any]) -> str | None:
         return f"{loop['loop']} is failing ({loop['failures']} in a row): {loop['last_error']}"
     if loop["stuck"]:
         return f"{loop['loop']} is stuck: no success in {loop['interval_seconds'] * STUCK_INTERVALS:g} s"
+    if loop.get("warning"):
+        return f"{loop['loop']}: {loop['warning']}"
     return None
 
 

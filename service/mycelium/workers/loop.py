@@ -64,15 +64,19 @@ class LoopStatus:
     last_success_at: datetime | None = None
     last_error: str | None = None
     last_error_at: datetime | None = None
+    warning: str | None = None
+    """A problem of a loop that still runs (e.g. mirror files that cannot be written): the
+    process reports itself degraded while it is set."""
     failures: int = 0
     _progress: float = field(default_factory=time.monotonic)
     on_change: Callable[[], None] = field(default=lambda: None, repr=False)
 
-    def _shape(self) -> tuple[str, bool, bool]:
-        return self.state, self.leader, self.failures > 0
+    def _shape(self) -> tuple[str, bool, bool, str | None]:
+        return self.state, self.leader, self.failures > 0, self.warning
 
-    def _change(self, before: tuple[str, bool, bool]) -> None:
-        """Tell the supervisor when the loop's state, leadership or health moved (it beats at once)."""
+    def _change(self, before: tuple[str, bool, bool, str | None]) -> None:
+        """Tell the supervisor when the loop's state, leadership, health or warning moved (it beats
+        at once)."""
         if self._shape() != before:
             self.on_change()
 
@@ -91,6 +95,12 @@ class LoopStatus:
         self.last_error_at = now()
         self.leader, self.backend_pid = False, None
         self.state = "failing"
+        self._change(before)
+
+    def warn(self, warning: str | None) -> None:
+        """Set (or, with None, clear) the loop's warning."""
+        before = self._shape()
+        self.warning = warning
         self._change(before)
 
     def waiting(self) -> None:
@@ -136,6 +146,7 @@ class LoopStatus:
             "last_success_at": self.last_success_at.isoformat() if self.last_success_at else None,
             "last_error": self.last_error,
             "last_error_at": self.last_error_at.isoformat() if self.last_error_at else None,
+            "warning": self.warning,
             "failures": self.failures,
             "stuck": self.stuck,
         }
