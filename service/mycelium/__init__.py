@@ -64,6 +64,11 @@ if TYPE_CHECKING:
 _LAZY = {
     "HubLedgerStorage": "mycelium.ledger.hub_http",
     "PostgresLedgerStorage": "mycelium.ledger.postgres",
+    "InMemoryLedgerStorage": "mycelium.ledger.local",
+    "FileLedgerStorage": "mycelium.ledger.local",
+    "RedisLedgerStorage": "mycelium.ledger.redis_store",
+    "ReceiptLog": "mycelium.ledger.receipt_log",
+    "ReceiptingStorage": "mycelium.ledger.receipt_log",
 }
 
 
