@@ -161,3 +161,21 @@ async def test_every_store_fences_refuses_and_resolves_as_the_sql_verbs(any_stor
     back = await s.claim(request_for("q", "non_idempotent_mutate", "w:3"))
     assert back.action == "return" and back.transition.result == {"b": 1, "a": 0}
     assert await s.get("nope") is None
+
+
+async def test_no_store_repeats_upstream_s_livelock_or_its_stale_gate(any_store):
+    """runtime.md §22: a failed retry-safe call re-runs even when death evidence is required (the death
+    signal applies to an expired lease only), and the gate is taken on the row as it is at the claim:
+    a row that failed after its effect since a worker last looked is never overwritten."""
+    s = any_store
+    await s.claim(request_for("d", "idempotent_mutate", "w:1"))
+    await s.fail("d", "w:1", 1, "boom")
+    again = await s.claim(request_for("d", "idempotent_mutate", "w:2", presumed_dead_after=3600))
+    assert (again.action, again.fence) == ("run", 2)
+    await s.claim(request_for("e", "non_idempotent_mutate", "w:1", 0.2))
+    await s.fail("e", "w:1", 1, "after", True)  # FAILED_AFTER_EFFECT
+    await asyncio.sleep(0.25)
+    late = await s.claim(request_for("e", "non_idempotent_mutate", "w:2"))
+    assert (late.action, late.transition.terminal_outcome, late.transition.fence) == (
+        "hard_block", "FAILED_AFTER_EFFECT", 1
+    )

@@ -26,7 +26,6 @@ from typing import Any
 from mycelium.ledger.binding import ToolTransitionBinding
 from mycelium.ledger.decorators import LEDGER_ATTR, ledger, ledger_sync
 from mycelium.ledger.ledger import ActionLedger
-from mycelium.ledger.receipt_log import ReceiptingStorage, ReceiptLog, key_from_env
 from mycelium.ledger.storage import LedgerStorage
 from mycelium.ledger.stores import MEMORY_URL, default_url, storage_for
 from mycelium.ledger.tasks import task_ledger, task_ledger_sync
@@ -101,6 +100,8 @@ def _with_receipts(storage: LedgerStorage, url: str, section: dict[str, Any]) ->
     (postgres, hub) chains them itself."""
     if not section or url.startswith(("postgresql://", "postgres://", "http://", "https://")):
         return storage
+    from mycelium.ledger.receipt_log import ReceiptingStorage, ReceiptLog, key_from_env
+
     kind = section.get("storage", "file")
     if kind != "file":
         raise ConfigError(f"audit_receipt.storage: {kind!r} is not supported (file)")
