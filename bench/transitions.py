@@ -534,6 +534,15 @@ def proc_cpu(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def flush_redis(url: str) -> None:
+    """Empty the Redis server before a variant (a store's scans must not walk another variant's keys)."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    client.close()
+
+
 def store_url(kind: str, folder: Path, redis_url: str) -> str:
     if kind == "memory":
         return "memory:"
@@ -693,11 +702,12 @@ def stores_main(args: argparse.Namespace) -> int:
             print(f"round {r + 1}/{args.rounds}", flush=True)
             loads.append(os.getloadavg()[0])
             for kind in STORE_KINDS:
-                url = store_url(kind, folder, redis_url)
-                record(f"{kind}_threads", ours_store_cycles(kind, url, args.seconds, redis_proc.pid, "threads"))
-                url = store_url(kind, folder, redis_url)
-                record(f"{kind}_async", ours_store_cycles(kind, url, args.seconds, redis_proc.pid, "async"))
+                for mode in ("threads", "async"):
+                    flush_redis(redis_url)
+                    url = store_url(kind, folder, redis_url)
+                    record(f"{kind}_{mode}", ours_store_cycles(kind, url, args.seconds, redis_proc.pid, mode))
                 if peer is not None:
+                    flush_redis(redis_url)
                     record(f"{kind}_peer", peer_store_cycles(peer, kind, folder, redis_url, args.seconds,
                                                              redis_proc.pid))
             loads.append(os.getloadavg()[0])
@@ -741,7 +751,7 @@ each store beside upstream's store of the same kind, in the same round.
 The file stores write each transition durably (ours: one file per row, fsync'd and renamed, under an fcntl
 lock per shard; upstream's: the whole ledger in one JSON file, rewritten on every write, so its cost grows
 with the number of rows the run has written). Redis runs with `appendonly yes`, `appendfsync always`
-(every acknowledged write on disk). CPU per cycle: this process's (client; upstream's is its own process)
+(every acknowledged write on disk), emptied before every variant. CPU per cycle: this process's (client; upstream's is its own process)
 and the Redis server's, from /proc, median of the rounds. 1-minute load average {load} at the rounds'
 starts and ends (2 shared cores): absolute figures move between rounds; compare within a round.
 """
