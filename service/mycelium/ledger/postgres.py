@@ -230,7 +230,8 @@ class PostgresLedgerStorage:
         return await self._transition("record_external_operation", request_id, owner, fence, ref)
 
     async def complete(self, request_id: str, owner: str, fence: int, result: Any) -> None:
-        text = _encode_json(result)
+        # the JSON text goes once: the database parses it into the jsonb and keeps it as the text
+        text = None if result is None else _encode_json(result)
         await self._row("complete_transition_ack", request_id, owner, fence, text)
 
     async def fail(
