@@ -20,7 +20,11 @@ With the embedded server, each variant is also reported as CPU per cycle: the se
 and its children, from /proc) and this process's. It moves far less than throughput with other load on
 the machine, and 2 cores divided by it is the rate an idle machine would allow.
 
-``python bench/transitions.py [--rounds 3] [--seconds 5] [--no-peer] [--no-write]``
+``python bench/transitions.py --stores`` measures the SDK's other stores instead (section
+``transition-stores``): in memory, a file folder and Redis (a redis-server started here, append-only
+with an fsync per write), each beside upstream's store of the same kind in the same round.
+
+``python bench/transitions.py [--rounds 3] [--seconds 5] [--no-peer] [--no-write] [--stores]``
 """
 
 from __future__ import annotations
@@ -494,6 +498,269 @@ async def set_receipts(dsn: str, on: bool) -> None:
         await conn.close()
 
 
+# -- the SDK's other stores (--stores) ---------------------------------------------------------------
+
+STORE_KINDS = ("memory", "file", "redis")
+
+
+def start_redis(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A redis-server on a free port, append-only with an fsync per write (what the store asks for)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("--stores needs redis-server (apt-get install -y redis-server)")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder), "--appendonly", "yes",
+         "--appendfsync", "always", "--save", "", "--logfile", str(folder / "redis.log")],
+    )
+    for _ in range(200):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc, f"redis://127.0.0.1:{port}/0"
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit("redis-server did not start")
+
+
+def proc_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) of one process, from /proc; 0 without a process."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def flush_redis(url: str) -> None:
+    """Empty the Redis server before a variant (a store's scans must not walk another variant's keys)."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    client.close()
+
+
+def store_url(kind: str, folder: Path, redis_url: str) -> str:
+    if kind == "memory":
+        return "memory:"
+    if kind == "file":
+        return (folder / f"ours-{uuid.uuid4().hex[:8]}").as_uri()
+    return redis_url
+
+
+def ours_store_cycles(kind: str, url: str, seconds: float, redis_pid: int | None, mode: str) -> tuple[float, tuple]:
+    """8 threads calling a @ledger_sync no-op (mode "threads") or 8 tasks a @ledger one ("async")."""
+    from mycelium import ActionLedger, ToolTransitionBinding, ledger, ledger_sync
+    from mycelium.ledger.stores import storage_for
+
+    storage = storage_for(url)
+    led = ActionLedger(storage, agent_id="bench", policy_version="v1")
+    binding = ToolTransitionBinding.for_tool(side_effect_class="keyed_mutate")
+    tag = uuid.uuid4().hex[:8]
+    counts = [0] * WORKERS
+    server0, client0 = proc_cpu(redis_pid if kind == "redis" else None), time.process_time()
+    if mode == "threads":
+
+        @ledger_sync(action_ledger=led, transition_binding=binding)
+        def noop(key: str) -> None:
+            return None
+
+        noop("warm-" + tag)
+        stop = time.perf_counter() + seconds
+        server0, client0 = proc_cpu(redis_pid if kind == "redis" else None), time.process_time()
+
+        def worker(k: int) -> None:
+            i = 0
+            while time.perf_counter() < stop:
+                noop(f"{tag}-{k}-{i}", request_id=f"{tag}-{k}-{i}")
+                i += 1
+            counts[k] = i
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(WORKERS)]
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - started
+    else:
+
+        @ledger(action_ledger=led, transition_binding=binding)
+        async def anoop(key: str) -> None:
+            return None
+
+        async def run() -> float:
+            nonlocal server0, client0
+            await anoop("warm-" + tag)
+            stop = time.perf_counter() + seconds
+            server0, client0 = proc_cpu(redis_pid if kind == "redis" else None), time.process_time()
+
+            async def worker(k: int) -> None:
+                i = 0
+                while time.perf_counter() < stop:
+                    await anoop(f"{tag}-{k}-{i}", request_id=f"{tag}-{k}-{i}")
+                    i += 1
+                counts[k] = i
+
+            started = time.perf_counter()
+            await asyncio.gather(*(worker(k) for k in range(WORKERS)))
+            took = time.perf_counter() - started
+            await storage.aclose()
+            return took
+
+        elapsed = asyncio.run(run())
+    cycles = sum(counts)
+    server = proc_cpu(redis_pid if kind == "redis" else None) - server0
+    client = time.process_time() - client0
+    storage.close()
+    return cycles / elapsed, (server * 1e6 / cycles if kind == "redis" else None, client * 1e6 / cycles)
+
+
+PEER_STORE_SCRIPT = textwrap.dedent("""
+    import json, sys, threading, time, uuid, warnings
+    warnings.simplefilter("ignore")
+    import mycelium
+    from mycelium import ledger_sync
+    from mycelium.transition import SideEffectClass, ToolTransitionBinding
+    KIND, WHERE, WORKERS, SECONDS = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    BINDING = ToolTransitionBinding.for_tool(agent_id="bench", policy_version="v1",
+                                             side_effect_class=SideEffectClass.KEYED_MUTATE)
+    if KIND == "memory":
+        storage = mycelium.InMemoryLedgerStorage()
+    elif KIND == "file":
+        storage = mycelium.FileLedgerStorage(WHERE)
+    else:
+        storage = mycelium.RedisLedgerStorage(WHERE)
+
+    @ledger_sync(storage=storage, transition_binding=BINDING)
+    def noop(key):
+        return None
+
+    tag = uuid.uuid4().hex[:8]
+    noop("warm-" + tag)
+    counts = [0] * WORKERS
+    stop = time.perf_counter() + SECONDS
+    cpu0 = time.process_time()
+    def w(k):
+        i = 0
+        while time.perf_counter() < stop:
+            noop(f"{tag}-{k}-{i}")
+            i += 1
+        counts[k] = i
+    ts = [threading.Thread(target=w, args=(k,)) for k in range(WORKERS)]
+    t0 = time.perf_counter()
+    for t in ts: t.start()
+    for t in ts: t.join()
+    took = time.perf_counter() - t0
+    print(json.dumps({"rate": sum(counts) / took, "cycles": sum(counts), "cpu": time.process_time() - cpu0}))
+""")
+
+
+def peer_store_cycles(
+    python: Path, kind: str, folder: Path, redis_url: str, seconds: float, redis_pid: int | None
+) -> tuple[float, tuple]:
+    where = str(folder / f"peer-{uuid.uuid4().hex[:8]}.json") if kind == "file" else redis_url
+    script = PEER_VENV / "peer_store_bench.py"
+    script.write_text(PEER_STORE_SCRIPT)
+    server0 = proc_cpu(redis_pid if kind == "redis" else None)
+    done = subprocess.run(
+        [str(python), str(script), kind, where, str(WORKERS), str(seconds)],
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        timeout=600,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"peer run failed:\n{done.stderr[-3000:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    server = proc_cpu(redis_pid if kind == "redis" else None) - server0
+    cycles = max(out["cycles"], 1)
+    return out["rate"], (server * 1e6 / cycles if kind == "redis" else None, out["cpu"] * 1e6 / cycles)
+
+
+def stores_main(args: argparse.Namespace) -> int:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    folder = Path(tempfile.mkdtemp(prefix="mycelium-bench-stores-"))
+    redis_proc, redis_url = start_redis(folder)
+    peer = None if args.no_peer else ensure_peer()
+    results: dict[str, list[float]] = {}
+    cpus: dict[str, list[tuple]] = {}
+    loads: list[float] = []
+
+    def record(key: str, outcome: tuple[float, tuple]) -> None:
+        results.setdefault(key, []).append(outcome[0])
+        cpus.setdefault(key, []).append(outcome[1])
+
+    try:
+        for r in range(args.rounds):
+            print(f"round {r + 1}/{args.rounds}", flush=True)
+            loads.append(os.getloadavg()[0])
+            for kind in STORE_KINDS:
+                for mode in ("threads", "async"):
+                    flush_redis(redis_url)
+                    url = store_url(kind, folder, redis_url)
+                    record(f"{kind}_{mode}", ours_store_cycles(kind, url, args.seconds, redis_proc.pid, mode))
+                if peer is not None:
+                    flush_redis(redis_url)
+                    record(f"{kind}_peer", peer_store_cycles(peer, kind, folder, redis_url, args.seconds,
+                                                             redis_proc.pid))
+            loads.append(os.getloadavg()[0])
+            print({k: round(v[-1]) for k, v in results.items()}, flush=True)
+    finally:
+        redis_proc.terminate()
+        redis_proc.wait(timeout=30)
+        shutil.rmtree(folder, ignore_errors=True)
+
+    med = {k: statistics.median(v) for k, v in results.items()}
+    runs = {k: " / ".join(f"{x:,.0f}" for x in v) for k, v in results.items()}
+
+    def cpu(key: str) -> str:
+        server = [c[0] for c in cpus[key] if c[0] is not None]
+        client = statistics.median(c[1] for c in cpus[key])
+        return f"{statistics.median(server):,.0f} + {client:,.0f}" if server else f"– + {client:,.0f}"
+
+    rows = []
+    labels = {"memory": "in memory", "file": "file (fsync per write)", "redis": "Redis (appendfsync always)"}
+    for kind in STORE_KINDS:
+        peer_rate = med.get(f"{kind}_peer")
+        for key, label in (
+            (f"{kind}_threads", f"SDK {labels[kind]}: @ledger_sync, 8 threads"),
+            (f"{kind}_async", f"SDK {labels[kind]}: @ledger, 8 tasks"),
+            (f"{kind}_peer", f"upstream {PEER_VERSION} {labels[kind]}: @ledger_sync, 8 threads"),
+        ):
+            if key not in med:
+                continue
+            compared = "–" if key.endswith("_peer") or not peer_rate else f"{med[key] / peer_rate:.2f}× upstream"
+            rows.append([label, f"{med[key]:,.0f}", runs[key], compared, cpu(key)])
+    load = f"{min(loads):.1f}–{max(loads):.1f}"
+    md = f"""
+## Transition ledger on the SDK's other stores (`bench/transitions.py --stores`)
+
+{stamp()} · {machine()} · {args.rounds} interleaved rounds of {args.seconds:g} s per variant · median, then every
+round. Claim → complete cycles per second of a no-op KEYED_MUTATE tool, each call a distinct key, 8 workers;
+each store beside upstream's store of the same kind, in the same round.
+
+{table(["variant", "cycles/s (median)", "rounds", "compared", "CPU µs/cycle: Redis server + client"], rows)}
+
+The file stores write each transition durably (ours: one file per row, fsync'd and renamed, under an fcntl
+lock per shard; upstream's: the whole ledger in one JSON file, rewritten on every write, so its cost grows
+with the number of rows the run has written). Redis runs with `appendonly yes`, `appendfsync always`
+(every acknowledged write on disk), emptied before every variant. CPU per cycle: this process's (client; upstream's is its own process)
+and the Redis server's, from /proc, median of the rounds. 1-minute load average {load} at the rounds'
+starts and ends (2 shared cores): absolute figures move between rounds; compare within a round.
+"""
+    print(md)
+    if not args.no_write:
+        write_section("transition-stores", md)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -501,9 +768,12 @@ def main() -> int:
     ap.add_argument("--peer-per-worker", type=int, default=250)
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--stores", action="store_true", help="the SDK's memory, file and Redis stores")
     ap.add_argument("--storm-worker", nargs=4, metavar=("DSN", "TAG", "SEED", "N"))
     ap.add_argument("--sdk-worker", nargs=4, metavar=("DSN", "TAG", "START", "SECONDS"))
     args = ap.parse_args()
+    if args.stores:
+        return stores_main(args)
     if args.sdk_worker:
         dsn, tag, start_at, seconds = args.sdk_worker
         print(asyncio.run(sdk_worker(dsn, tag, float(start_at), float(seconds))))

@@ -135,7 +135,8 @@ CREATE TABLE mycelium.transitions (
   created_at timestamptz NOT NULL DEFAULT now(),
   started_at timestamptz NOT NULL DEFAULT now(),
   finished_at timestamptz,
-  updated_at timestamptz NOT NULL DEFAULT now()
+  updated_at timestamptz NOT NULL DEFAULT now(),
+  result_text text
 );
 
 -- Listings operators need. The in-flight index is keyed on finished_at IS NULL (equivalent, by the
@@ -151,6 +152,8 @@ COMMENT ON TABLE mycelium.transitions IS
   'One row per tool call or task: the transition envelope and its durable record. Written only by the verbs.';
 COMMENT ON COLUMN mycelium.transitions.fence IS
   'Fencing token: +1 on every claim; every mutator compares and swaps on owner + fence.';
+COMMENT ON COLUMN mycelium.transitions.result_text IS
+  'The result as the caller''s JSON text (keys in their order), beside result; NULL when not sent.';
 COMMENT ON COLUMN mycelium.transitions.lease_until IS
   'NULL: unbounded. An IN_FLIGHT row past its lease (database clock) is EXPIRED.';
 
@@ -202,7 +205,7 @@ BEGIN
       END IF;
       IF OLD.terminal_outcome = 'COMPLETED'
          AND (NEW.terminal_outcome <> 'COMPLETED' OR NEW.fence <> OLD.fence
-              OR NEW.result IS DISTINCT FROM OLD.result) THEN
+              OR NEW.result IS DISTINCT FROM OLD.result OR NEW.result_text IS DISTINCT FROM OLD.result_text) THEN
         PERFORM mycelium.refuse(409, 'completed_is_final',
           format('%s is COMPLETED: its outcome, fence and result are final', OLD.request_id),
           jsonb_build_object('request_id', OLD.request_id));
@@ -547,7 +550,7 @@ BEGIN
       fence = t.fence + 1, attempts = t.attempts + 1, owner = p_owner, terminal_outcome = 'IN_FLIGHT',
       side_effect_boundary = 'not_crossed', effect_phase = 'INTENDED',
       lease_until = mycelium.lease_end(p_lease_ttl), last_heartbeat_at = now(),
-      started_at = now(), finished_at = NULL, result = NULL, error = NULL, receipt_ref = NULL,
+      started_at = now(), finished_at = NULL, result = NULL, result_text = NULL, error = NULL, receipt_ref = NULL,
       external_operation_ref = NULL, reconcile_status = NULL, reconciled_at = NULL,
       operator_resolution = NULL, worker_dead_asserted_by = NULL, worker_dead_asserted_at = NULL,
       side_effect_class = cls, spendability = spend, retry_permission = retry, capability = cap,
@@ -662,8 +665,10 @@ BEGIN
 END
 $$;
 
+-- p_result_text: the same result as the caller's JSON text (a redispatch returns it with its keys in
+-- their order; jsonb keeps them sorted).
 CREATE OR REPLACE FUNCTION mycelium.complete(
-  p_request_id text, p_owner text, p_fence bigint, p_result jsonb DEFAULT NULL
+  p_request_id text, p_owner text, p_fence bigint, p_result jsonb DEFAULT NULL, p_result_text text DEFAULT NULL
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
 DECLARE
   t mycelium.transitions;
@@ -672,7 +677,8 @@ BEGIN
   marked := set_config('mycelium.transition_verb', 'complete', true);
   UPDATE mycelium.transitions SET
     terminal_outcome = 'COMPLETED', side_effect_boundary = 'crossed', effect_phase = 'COMMITTED',
-    result = p_result, error = NULL, lease_until = NULL, finished_at = now(), updated_at = now()
+    result = p_result, result_text = p_result_text, error = NULL, lease_until = NULL, finished_at = now(),
+    updated_at = now()
   WHERE request_id = p_request_id AND owner = p_owner AND fence = p_fence AND terminal_outcome = 'IN_FLIGHT'
   RETURNING * INTO t;
   IF NOT FOUND THEN
@@ -812,7 +818,7 @@ BEGIN
   IF p_status = 'COMPLETED' THEN
     UPDATE mycelium.transitions SET
       terminal_outcome = 'COMPLETED', side_effect_boundary = 'crossed', effect_phase = 'COMMITTED',
-      result = p_result, lease_until = NULL, finished_at = now(), reconcile_status = 'COMPLETED',
+      result = p_result, result_text = NULL, lease_until = NULL, finished_at = now(), reconcile_status = 'COMPLETED',
       reconciled_at = now(), resolved_by = coalesce(p_by, resolved_by)
     WHERE request_id = p_request_id RETURNING * INTO t;
   ELSE
@@ -880,6 +886,7 @@ BEGIN
     side_effect_boundary = CASE WHEN p_verified = 'completed' THEN 'crossed' ELSE side_effect_boundary END,
     effect_phase = CASE WHEN p_verified = 'completed' THEN 'COMMITTED' ELSE effect_phase END,
     result = CASE WHEN p_verified = 'completed' THEN p_result ELSE result END,
+    result_text = CASE WHEN p_verified = 'completed' THEN NULL ELSE result_text END,
     lease_until = NULL, finished_at = coalesce(finished_at, now())
   WHERE request_id = p_request_id RETURNING * INTO t;
   marked := set_config('mycelium.transition_verb', '', true);

@@ -33,7 +33,7 @@ SELECT * FROM mycelium.complete($1, $2, $3, $4)
 -- name: complete_transition_ack
 -- the SDK's hot path: the same verb, without sending the row back (one field of the call's result:
 -- no function scan)
-SELECT (mycelium.complete($1, $2, $3, $4)).request_id
+SELECT (mycelium.complete($1, $2, $3, $4::text::jsonb, $4::text)).request_id
 
 -- name: fail_transition
 SELECT * FROM mycelium.fail($1, $2, $3, $4, $5)

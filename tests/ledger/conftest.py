@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import asyncpg
@@ -78,3 +79,26 @@ async def expire(conn: asyncpg.Connection, request_id: str) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"the lease of {request_id} never expired")
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory):
+    """One real redis-server per test session (Debian's redis-server package; .ci/run installs it)."""
+    from tests.ledger.redis_server import BINARY, RedisServer
+
+    if BINARY is None:
+        if os.environ.get("MYCELIUM_REQUIRE_REDIS") == "1":  # set by .ci/run: CI never skips these
+            pytest.fail("redis-server is not installed (MYCELIUM_REQUIRE_REDIS=1)")
+        pytest.skip("redis-server is not installed here (apt-get install -y redis-server); .ci/run installs it")
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server) -> str:
+    redis_server.flush()
+    return redis_server.url

@@ -1,4 +1,5 @@
-"""The SQL gate equals contracts/transition-gates.json on every combination of its inputs."""
+"""The gates equal contracts/transition-gates.json on every combination of their inputs: the SQL gate,
+the Python gate the in-process stores run (mycelium.ledger.gate) and the Redis store's Lua script."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 
 import asyncpg
 import pytest
+
+from mycelium.ledger import gate
 
 CONTRACT_FILE = Path(__file__).resolve().parents[2] / "contracts" / "transition-gates.json"
 CONTRACT = json.loads(CONTRACT_FILE.read_text())
@@ -69,11 +72,11 @@ async def test_the_sql_gate_equals_the_contract_on_every_combination(admin_conn)
         *columns,
     )
     mismatches = [
-        (case, row["gate"], expected_gate(case))
+        (case, row["gate"], python_gate(case), expected_gate(case))
         for case, row in zip(cases, rows, strict=True)
-        if row["gate"] != expected_gate(case)
+        if not row["gate"] == python_gate(case) == expected_gate(case)
     ]
-    assert not mismatches, f"{len(mismatches)} mismatches, first: {mismatches[:3]}"
+    assert not mismatches, f"{len(mismatches)} mismatches (sql, python, contract), first: {mismatches[:3]}"
     # every rule of the contract decides at least one combination (no dead rule)
     used = {
         (t, first_rule_n(t, c))
@@ -84,6 +87,44 @@ async def test_the_sql_gate_equals_the_contract_on_every_combination(admin_conn)
     for table in ("side_effecting", "read_only"):
         for rule in CONTRACT[table]["rules"]:
             assert (table, rule["n"]) in used, f"{table} rule {rule['n']} never decides"
+
+
+def python_gate(case: dict[str, Any]) -> str:
+    return gate.transition_gate(*(case[f] for f in GATE_FIELDS))
+
+
+async def test_the_redis_script_s_gate_equals_the_contract_on_every_combination(redis_url):
+    from mycelium.ledger.redis_store import RedisLedgerStorage
+
+    store = RedisLedgerStorage(redis_url)
+    cases = gate_cases()
+    try:
+        answers: list[str] = []
+        for start in range(0, len(cases), 5000):  # one script run per batch of cases
+            batch = cases[start : start + 5000]
+            answers += await store.gates([[c[f] for f in GATE_FIELDS] for c in batch])
+    finally:
+        await store.aclose()
+        store.close()
+    mismatches = [(c, a) for c, a in zip(cases, answers, strict=True) if a != expected_gate(c)]
+    assert len(answers) == len(cases)
+    assert not mismatches, f"{len(mismatches)} mismatches, first: {mismatches[:3]}"
+
+
+def test_the_python_claim_actions_and_class_defaults_equal_the_contract():
+    spec = CONTRACT["claim_actions"]
+    for values in itertools.product(*(spec["inputs"][f] for f in ACTION_FIELDS)):
+        case = dict(zip(ACTION_FIELDS, values, strict=True))
+        assert gate.claim_action(*values) == first_match(spec["rules"], case, "action"), case
+    for cls, d in CONTRACT["class_defaults"].items():
+        assert gate.default_retry_permission(cls) == d["retry_permission"]
+        assert gate.default_spendability(cls) == d["spendability"]
+        assert gate.capability_floor(cls, False, False) == d["capability"]["plain"]
+        assert gate.capability_floor(cls, True, False) == d["capability"]["key_param"]
+        assert gate.capability_floor(cls, False, True) == d["capability"]["reconciler"]
+    for alias, cls in CONTRACT["class_aliases"].items():
+        assert gate.side_effect_class(alias) == gate.side_effect_class(cls) == cls
+    assert gate.side_effect_class("teleport") is None
 
 
 def first_rule_n(table: str, case: dict[str, Any]) -> int:

@@ -16,11 +16,11 @@ from pathlib import Path
 from mycelium import (
     ActionLedger,
     LedgerError,
-    PostgresLedgerStorage,
     ToolTransitionBinding,
     ledger_sync,
     side_effect,
 )
+from mycelium.ledger.stores import storage_for
 
 
 def effect(path: Path, line: str) -> None:
@@ -36,7 +36,7 @@ def main() -> int:
         "mode",
         choices=["slow", "crash_before", "crash_inside", "crash_crossed", "crash_after", "late", "interrupted"],
     )
-    p.add_argument("--dsn", required=True)
+    p.add_argument("--dsn", required=True, help="the store's URL (postgresql://, file:///, redis://, http://)")
     p.add_argument("--effects", type=Path, required=True)
     p.add_argument("--ready", type=Path)
     p.add_argument("--call", default="call-1")
@@ -46,7 +46,7 @@ def main() -> int:
     p.add_argument("--sleep", type=float, default=0.0)
     a = p.parse_args()
 
-    store = PostgresLedgerStorage(a.dsn)
+    store = storage_for(a.dsn)
     led = ActionLedger(
         store,
         agent_id="proof",

@@ -1,11 +1,13 @@
 """YAML configuration: ``load_config(path).instrument(module)`` wraps the configured tools and tasks.
 
 Sections read: ``transition`` (agent, policy, lease and polling), ``action_ledger`` / ``task_ledger``
-(the store: ``storage: postgres`` with ``dsn``/``dsn_env`` and ``install_schema`` (default true:
-install the hub's schema in a database that never had it), or ``storage: hub`` with
+(the store: ``storage: memory``; ``storage: file`` with ``path`` (a folder); ``storage: redis`` with
+``url``/``url_env``; ``storage: postgres`` with ``dsn``/``dsn_env`` and ``install_schema`` (default
+true: install the hub's schema in a database that never had it); or ``storage: hub`` with
 ``url``/``url_env``; which tools or tasks are ledgered), ``tools`` and ``tasks`` (``callable:
-module:function``, ``side_effect_class`` and the other envelope fields), ``audit_receipt`` (receipts
-are always written by the database and signed by the hub; the section is accepted for compatibility).
+module:function``, ``side_effect_class`` and the other envelope fields), ``audit_receipt``
+(``signing_key_env``, ``storage: file``, ``path``: with a memory, file or Redis store the SDK signs and
+chains the receipts into that file; with postgres or hub the database writes them and the hub signs).
 The guard sections (``registry``, ``runner``, ``history_guard``, ``message_validator``, ``state_flush``,
 ``integrations``) and each tool's ``protect:`` / ``bounded:`` are described in
 :mod:`mycelium.guards.sections`. A section or key this SDK does not know is an error naming it.
@@ -35,7 +37,8 @@ from mycelium.ledger.binding import ToolTransitionBinding
 from mycelium.ledger.decorators import LEDGER_ATTR, ledger, ledger_sync
 from mycelium.ledger.identity import execution_scope
 from mycelium.ledger.ledger import ActionLedger
-from mycelium.ledger.stores import default_url, storage_for
+from mycelium.ledger.storage import LedgerStorage
+from mycelium.ledger.stores import MEMORY_URL, default_url, storage_for
 from mycelium.ledger.tasks import task_ledger, task_ledger_sync
 
 KNOWN = {
@@ -82,8 +85,13 @@ def import_target(path: str) -> tuple[ModuleType, str, Any]:
 
 
 def _store_url(section: dict[str, Any], name: str) -> str | None:
+    """The ledger URL a section names (``storage: memory|file|redis|postgres|hub``), or None."""
     kind = section.get("storage")
-    if kind in (None, "postgres", "hub"):
+    if kind == "memory":
+        return MEMORY_URL
+    if kind == "file":
+        return Path(os.path.expandvars(str(section.get("path") or "mycelium-ledger"))).resolve().as_uri()
+    if kind in (None, "postgres", "hub", "redis"):
         for key in ("dsn", "url"):
             if section.get(key):
                 return os.path.expandvars(str(section[key]))
@@ -93,11 +101,33 @@ def _store_url(section: dict[str, Any], name: str) -> str | None:
                 if not value:
                     raise ConfigError(f"{name}.{key}: environment variable {section[key]} is not set")
                 return value
+        if kind == "redis":
+            raise ConfigError(f"{name}: storage redis needs url (redis://host:6379/0) or url_env")
         return None
     raise ConfigError(
-        f"{name}.storage: {kind!r} is not supported here (use postgres or hub; the hub's "
-        "database is the ledger)"
+        f"{name}.storage: {kind!r} is not a ledger store (memory, file, redis, postgres or hub)"
     )
+
+
+def _with_receipts(storage: LedgerStorage, url: str, section: dict[str, Any]) -> LedgerStorage:
+    """The store, writing signed receipts where ``audit_receipt`` says, unless the hub's database
+    (postgres, hub) chains them itself."""
+    if not section or url.startswith(("postgresql://", "postgres://", "http://", "https://")):
+        return storage
+    from mycelium.ledger.receipt_log import ReceiptingStorage, ReceiptLog, key_from_env
+
+    kind = section.get("storage", "file")
+    if kind != "file":
+        raise ConfigError(f"audit_receipt.storage: {kind!r} is not supported (file)")
+    env = section.get("signing_key_env")
+    if not env:
+        raise ConfigError("audit_receipt.signing_key_env: name the environment variable holding the key")
+    try:
+        key = key_from_env(str(env))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    path = Path(os.path.expandvars(str(section.get("path") or "mycelium-receipts.jsonl"))).resolve()
+    return ReceiptingStorage(storage, ReceiptLog(path, key))
 
 
 def _install_schema(section: dict[str, Any], name: str) -> bool:
@@ -156,8 +186,11 @@ class LedgerConfig:
             dead = t.get("presumed_dead_after")
             if t.get("reclaim_requires_death_signal") and dead is None:
                 dead = 2 * lease_ttl
+            storage = _with_receipts(
+                storage_for(url, install_schema=install), url, dict(self.data.get("audit_receipt") or {})
+            )
             led = self._ledgers[(url, install)] = ActionLedger(
-                storage_for(url, install_schema=install),
+                storage,
                 agent_id=str(t.get("agent_id", "")),
                 policy_version=str(t.get("policy_version", "")),
                 lease_ttl=lease_ttl,

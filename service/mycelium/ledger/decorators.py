@@ -16,8 +16,11 @@ from mycelium.ledger.stores import shared_ledger
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Unclassified tools are treated as the strictest mutating class that can still return results.
-UNCLASSIFIED = ToolTransitionBinding.for_tool(side_effect_class=SideEffectClass.NON_IDEMPOTENT_MUTATE)
+# A tool with no transition binding keeps the v1.2 contract: a duplicate while the first call is in
+# flight raises LedgerPendingError at once (no waiting), a call that failed before any side-effect mark
+# runs again, a completed one returns its result. A body that marked its side effect and then failed,
+# or whose lease lapsed past the mark, is still hard-blocked (never run twice blind).
+UNCLASSIFIED = ToolTransitionBinding.for_tool(side_effect_class=SideEffectClass.IDEMPOTENT_MUTATE)
 
 LEDGER_ATTR = "__mycelium_ledger__"
 
@@ -63,6 +66,7 @@ def _wrap(
 ) -> Callable[..., Any]:
     tool = fn.__name__
     chosen = binding or UNCLASSIFIED
+    wait = binding is not None
     filled: dict[tuple[str, str], ToolTransitionBinding] = {}
 
     def bound_for(led: ActionLedger) -> ToolTransitionBinding:
@@ -81,7 +85,7 @@ def _wrap(
             b = bound_for(led)
             ident = identify(fn, tool, b, args, kwargs)
             return await led.run_async(
-                fn, tool, b, ident, reconciler=reconciler or led.reconciler, defer=defer, kind=kind
+                fn, tool, b, ident, reconciler=reconciler or led.reconciler, defer=defer, kind=kind, wait=wait
             )
 
         setattr(run_async, LEDGER_ATTR, True)
@@ -93,7 +97,7 @@ def _wrap(
         b = bound_for(led)
         ident = identify(fn, tool, b, args, kwargs)
         return led.run_sync(
-            fn, tool, b, ident, reconciler=reconciler or led.reconciler, defer=defer, kind=kind
+            fn, tool, b, ident, reconciler=reconciler or led.reconciler, defer=defer, kind=kind, wait=wait
         )
 
     setattr(run_sync, LEDGER_ATTR, True)

@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import time
+import warnings
 import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
@@ -26,6 +27,7 @@ from mycelium.ledger.errors import (
     LedgerError,
     LedgerHardBlockError,
     LedgerOutcomeAlreadySetError,
+    LedgerPendingError,
     LedgerPollTimeoutError,
     LedgerSoftBlockError,
     LedgerStorageUnavailableError,
@@ -103,19 +105,25 @@ def active_transition() -> ActiveTransition | None:
     return _active.get()
 
 
-def _require_active(what: str) -> ActiveTransition:
+def _require_active(what: str) -> ActiveTransition | None:
+    """The running transition; outside a ledgered body a UserWarning and None (the call does nothing)."""
     active = _active.get()
     if active is None:
-        raise LedgerError(f"{what}() is only meaningful inside a ledgered tool body")
+        warnings.warn(
+            f"{what}() outside a ledgered tool body does nothing (no transition to mark)",
+            UserWarning,
+            stacklevel=3,
+        )
     return active
 
 
 class ActionLedger:
-    """Runs ledgered calls against one store, with one set of lease and polling settings."""
+    """Runs ledgered calls against one store, with one set of lease and polling settings. Without a
+    store, the process's default one (``MYCELIUM_LEDGER_URL``, else memory: see ledger.stores)."""
 
     def __init__(
         self,
-        storage: LedgerStorage,
+        storage: LedgerStorage | None = None,
         *,
         agent_id: str = "",
         policy_version: str = "",
@@ -129,6 +137,10 @@ class ActionLedger:
     ) -> None:
         if lease_ttl < 0 or (lease_renew_interval is not None and lease_renew_interval < 0):
             raise ValueError("lease_ttl and lease_renew_interval are seconds >= 0")
+        if storage is None:
+            from mycelium.ledger.stores import default_storage
+
+            storage = default_storage()
         self.storage = storage
         self.agent_id = agent_id
         self.policy_version = policy_version
@@ -192,7 +204,8 @@ class ActionLedger:
             row = claim.transition
             if claim.action == "poll":
                 if not wait:
-                    raise TaskLedgerPendingError(
+                    pending = TaskLedgerPendingError if request.kind == "task" else LedgerPendingError
+                    raise pending(
                         f"{row.tool!r} {row.request_id!r} is in flight elsewhere "
                         f"(owner {row.owner}, fence {row.fence})",
                         row.to_json(),
@@ -447,48 +460,60 @@ class side_effect:
 
     A crash inside leaves the row ambiguous, so a redispatch hard-blocks instead of spending twice.
     Use ``async with side_effect():`` in async tools to keep the event loop free (``with`` works too).
+    Outside a ledgered body it warns and marks nothing.
     """
 
     def __enter__(self) -> side_effect:
-        _require_active("side_effect").advance(SideEffectBoundary.MAYBE_CROSSED)
+        self._active = _require_active("side_effect")
+        if self._active is not None:
+            self._active.advance(SideEffectBoundary.MAYBE_CROSSED)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is None:
-            _require_active("side_effect").advance(SideEffectBoundary.CROSSED)
+        if exc_type is None and self._active is not None:
+            self._active.advance(SideEffectBoundary.CROSSED)
 
     async def __aenter__(self) -> side_effect:
-        await _require_active("side_effect").aadvance(SideEffectBoundary.MAYBE_CROSSED)
+        self._active = _require_active("side_effect")
+        if self._active is not None:
+            await self._active.aadvance(SideEffectBoundary.MAYBE_CROSSED)
         return self
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is None:
-            await _require_active("side_effect").aadvance(SideEffectBoundary.CROSSED)
+        if exc_type is None and self._active is not None:
+            await self._active.aadvance(SideEffectBoundary.CROSSED)
 
 
 def mark_maybe_crossed() -> None:
     """The external call may start now (written before it; a crash from here on is ambiguous)."""
-    _require_active("mark_maybe_crossed").advance(SideEffectBoundary.MAYBE_CROSSED)
+    active = _require_active("mark_maybe_crossed")
+    if active is not None:
+        active.advance(SideEffectBoundary.MAYBE_CROSSED)
 
 
 def mark_crossed() -> None:
     """The external effect has happened: a failure from here on is FAILED_AFTER_EFFECT."""
-    _require_active("mark_crossed").advance(SideEffectBoundary.CROSSED)
+    active = _require_active("mark_crossed")
+    if active is not None:
+        active.advance(SideEffectBoundary.CROSSED)
 
 
 def record_external_operation(ref: str) -> None:
     """Record the provider's handle (its id, or the idempotency key sent) on the transition."""
-    _require_active("record_external_operation").record(ref)
+    active = _require_active("record_external_operation")
+    if active is not None:
+        active.record(ref)
 
 
 async def arecord_external_operation(ref: str) -> None:
-    await _require_active("record_external_operation").arecord(ref)
+    active = _require_active("record_external_operation")
+    if active is not None:
+        await active.arecord(ref)
 
 
 def renew_lease(lease_ttl: float | None = None) -> Transition | None:
-    """Extend the running transition's lease now; outside a ledgered body it does nothing."""
-    active = _active.get()
+    """Extend the running transition's lease now; outside a ledgered body it warns and does nothing."""
+    active = _require_active("renew_lease")
     if active is None:
-        log.warning("renew_lease() outside a ledgered tool: nothing to renew")
         return None
     return active.storage.run_sync(active.arenew(lease_ttl))

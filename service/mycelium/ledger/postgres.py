@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import asyncpg
@@ -45,6 +46,14 @@ _encode = msgspec.json.Encoder(enc_hook=str).encode
 
 def _encode_json(value: Any) -> str:
     return _encode(value).decode()
+
+
+def as_transition(row: Any) -> Transition:
+    """A row as a Transition, its result decoded from the caller's JSON text where that was kept (the
+    jsonb column sorts an object's keys)."""
+    t = Transition.from_mapping(row)
+    text = row.get("result_text") if hasattr(row, "get") else None
+    return t if text is None else replace(t, result=msgspec.json.decode(text))
 
 
 def translate(exc: BaseException) -> LedgerError:
@@ -193,17 +202,21 @@ class PostgresLedgerStorage:
             raise translate(exc) from exc
 
     async def _transition(self, query: str, *args: Any) -> Transition:
-        return Transition.from_mapping(await self._row(query, *args))
+        return as_transition(await self._row(query, *args))
 
     # -- the verbs ---------------------------------------------------------------------------------
 
     async def claim(self, request: ClaimRequest, *, with_row: bool = True) -> Claim:
         if with_row:
             row = await self._row("claim_transition", *request.params())
-            return Claim(row["gate"], row["action"], row["repaired"], row)
+            return Claim(row["gate"], row["action"], row["repaired"], as_transition(row))
         # the row's 46 columns cost both sides more than the verb's own statements do; run needs none
         row = await self._row("claim_transition_lean", *request.params())
-        return Claim(row["gate"], row["action"], row["repaired"], row["transition"], row["fence"])
+        found = row["transition"]
+        return Claim(
+            row["gate"], row["action"], row["repaired"], None if found is None else as_transition(found),
+            row["fence"],
+        )
 
     async def renew_lease(self, request_id: str, owner: str, fence: int, lease_ttl: float) -> Transition:
         return await self._transition("renew_lease", request_id, owner, fence, lease_ttl)
@@ -217,7 +230,9 @@ class PostgresLedgerStorage:
         return await self._transition("record_external_operation", request_id, owner, fence, ref)
 
     async def complete(self, request_id: str, owner: str, fence: int, result: Any) -> None:
-        await self._row("complete_transition_ack", request_id, owner, fence, result)
+        # the JSON text goes once: the database parses it into the jsonb and keeps it as the text
+        text = None if result is None else _encode_json(result)
+        await self._row("complete_transition_ack", request_id, owner, fence, text)
 
     async def fail(
         self, request_id: str, owner: str, fence: int, error: str | None, after_effect: bool | None = None
@@ -250,7 +265,7 @@ class PostgresLedgerStorage:
 
     async def get(self, request_id: str) -> Transition | None:
         row = await self._row("get_transition", request_id)
-        return None if row is None else Transition.from_mapping(row)
+        return None if row is None else as_transition(row)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 

@@ -1,0 +1,33 @@
+"""Transitions keep the result as the caller's JSON text beside the jsonb (a redispatch returns its
+keys in their order)
+
+Revision ID: 0007_result_text
+Revises: 0006_workers (until 0006_workers lands; then 0006_workers)
+Create Date: 2026-12-01
+"""
+
+from alembic import op
+
+from mycelium.db.migrate import run_as_owner
+
+revision = "0007_result_text"
+down_revision = "0006_workers"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    run_as_owner(op, """
+      ALTER TABLE mycelium.transitions ADD COLUMN result_text text;
+      -- complete() takes the text too (sql/transitions.sql): its four-argument form goes
+      DROP FUNCTION IF EXISTS mycelium.complete(text, text, bigint, jsonb);
+      COMMENT ON COLUMN mycelium.transitions.result_text IS
+        'The result as the caller''s JSON text (keys in their order), beside result; NULL when not sent.';
+    """)
+
+
+def downgrade() -> None:
+    run_as_owner(op, """
+      DROP FUNCTION IF EXISTS mycelium.complete(text, text, bigint, jsonb, text);
+      ALTER TABLE mycelium.transitions DROP COLUMN IF EXISTS result_text;
+    """)
