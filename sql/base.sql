@@ -60,3 +60,128 @@ BEGIN
   RETURN r;
 END
 $$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Who is acting.
+--
+-- The hub's gateway (service/mycelium/verbs) declares, inside the verb's own statement, who asks:
+-- mycelium.actor (a handle) and mycelium.actor_kind (person, agent, engine or operator), both
+-- transaction-local. A verb takes the author of its write (sender, creator, claimant, releaser…)
+-- from that declared actor; the positional field it has always taken (p_by, p_handle, p_sender…)
+-- is the fallback, for callers that declare nothing: a hub of the previous release during a
+-- rolling upgrade, psql. When both are given and differ, the write is refused (403
+-- actor_mismatch). A verb that falls back sets mycelium.actor alone (for its triggers, as it
+-- always has), which declares nothing: the next verb in the same transaction falls back too.
+-- In psql: BEGIN; SELECT mycelium.acting(NULL, 'alice', 'operator'); … the verbs …; COMMIT;
+
+CREATE OR REPLACE FUNCTION mycelium.actor_kinds() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
+  SELECT ARRAY['person', 'agent', 'engine', 'operator']
+$$;
+
+-- Declare the actor (a NULL or blank handle declares nobody) and, with p_defer_wakes, keep the wake
+-- hints for the caller (mycelium.defer_wakes). Returns p_passthrough unchanged, so a call can wrap
+-- a verb's first argument: arguments are evaluated before the verb runs, so the settings are in
+-- place before its body and its triggers, and no statement of its own is needed.
+CREATE OR REPLACE FUNCTION mycelium.acting(
+  p_passthrough text, p_actor text, p_kind text, p_defer_wakes boolean DEFAULT false
+) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE done text;
+BEGIN
+  IF p_actor IS NULL OR btrim(p_actor) = '' THEN
+    done := set_config('mycelium.actor', '', true);
+    done := set_config('mycelium.actor_kind', '', true);
+  ELSIF p_kind IN ('person', 'agent', 'engine', 'operator') THEN  -- mycelium.actor_kinds()
+    done := set_config('mycelium.actor', p_actor, true);
+    done := set_config('mycelium.actor_kind', p_kind, true);
+  ELSE
+    PERFORM mycelium.refuse(422, 'invalid_actor_kind',
+      format('an actor is a person, an agent, an engine or an operator, not %L', coalesce(p_kind, 'nothing')),
+      jsonb_build_object('kind', p_kind, 'kinds', to_jsonb(mycelium.actor_kinds())));
+  END IF;
+  IF p_defer_wakes THEN
+    done := set_config('mycelium.defer_wake', 'on', true);
+    done := set_config('mycelium.wake_hints', '', true);
+  END IF;
+  RETURN p_passthrough;
+END
+$$;
+
+-- The declared actor's handle, or NULL when nobody is declared.
+CREATE OR REPLACE FUNCTION mycelium.declared_actor() RETURNS text LANGUAGE sql STABLE AS $$
+  SELECT CASE WHEN coalesce(current_setting('mycelium.actor_kind', true), '') <> ''
+              THEN nullif(current_setting('mycelium.actor', true), '') END
+$$;
+
+-- The author of a write: the declared actor, else p_given (the verb's positional field, named
+-- p_field in a refusal). Both present and not the same handle -> 403 actor_mismatch naming both.
+-- (PL/pgSQL: every write verb calls it, and its body is compiled once per session.)
+CREATE OR REPLACE FUNCTION mycelium.author(p_given text, p_field text DEFAULT 'handle') RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE actor text;
+BEGIN
+  IF coalesce(current_setting('mycelium.actor_kind', true), '') = '' THEN
+    RETURN p_given;
+  END IF;
+  actor := nullif(current_setting('mycelium.actor', true), '');
+  IF actor IS NULL OR p_given IS NULL OR btrim(p_given) = '' THEN
+    RETURN coalesce(actor, p_given);
+  END IF;
+  IF mycelium.normalize_handle(p_given) <> mycelium.normalize_handle(actor) THEN
+    PERFORM mycelium.refuse(403, 'actor_mismatch',
+      format('%s names @%s, but @%s is asking: a write is authored by whoever makes it', p_field,
+             mycelium.normalize_handle(p_given), mycelium.normalize_handle(actor)),
+      jsonb_build_object('field', p_field, 'given', p_given, 'actor', actor));
+  END IF;
+  RETURN actor;
+END
+$$;
+
+-- The handles engines answer to. Until engines are registered (the engine registry extends this
+-- rule), an engine's handle is reserved for an actor declared as that engine (kind 'engine').
+CREATE OR REPLACE FUNCTION mycelium.engine_handles() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
+  SELECT ARRAY['aligner', 'conductor', 'hello', 'synthesizer']
+$$;
+
+-- Why p_handle (normalised) may not be the sender of a message, or NULL when it may. @system is the
+-- hub itself: its notices and pings are written by the database (post_notice and the timeline's
+-- triggers insert them directly), never through a verb that writes a message.
+CREATE OR REPLACE FUNCTION mycelium.reserved_sender(p_handle text) RETURNS text LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  IF p_handle = 'system' THEN
+    RETURN '@system is the hub itself; write as yourself';
+  END IF;
+  IF p_handle = ANY (mycelium.engine_handles())
+     AND NOT (current_setting('mycelium.actor_kind', true) = 'engine'
+              AND mycelium.normalize_handle(current_setting('mycelium.actor', true)) = p_handle) THEN
+    RETURN format('@%s is the handle of an engine; only that engine writes as it', p_handle);
+  END IF;
+  RETURN NULL;
+END
+$$;
+
+-- p_raw as a sender: normalised and valid (422 otherwise, as require_handle), and not reserved
+-- (403 reserved_handle).
+CREATE OR REPLACE FUNCTION mycelium.require_sender(p_raw text, p_field text DEFAULT 'sender') RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  h text := mycelium.require_handle(p_raw, p_field);
+  reason text := mycelium.reserved_sender(h);
+BEGIN
+  IF reason IS NOT NULL THEN
+    PERFORM mycelium.refuse(403, 'reserved_handle', format('%s: %s', p_field, reason),
+                            jsonb_build_object('field', p_field, 'handle', h));
+  END IF;
+  RETURN h;
+END
+$$;
+
+-- For a read that found nothing: 404 room_not_found when p_room does not exist, else the refusal
+-- given (404 memory_not_found, …). Never returns; typed boolean so a query can name it in a CASE.
+CREATE OR REPLACE FUNCTION mycelium.refuse_missing(p_room text, p_error text, p_message text, p_extra jsonb)
+RETURNS boolean LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  PERFORM mycelium.require_room(p_room);
+  PERFORM mycelium.refuse(404, p_error, p_message, p_extra);
+  RETURN false;
+END
+$$;
