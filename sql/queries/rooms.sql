@@ -28,6 +28,7 @@ WHERE (is_public OR (:actor::text IS NOT NULL AND (owner = :actor OR :actor = AN
 ORDER BY name
 OFFSET :skip LIMIT :limit
 
-
--- name: room_exists
-SELECT EXISTS (SELECT 1 FROM mycelium.rooms WHERE name = $1)
+-- name: room_known
+-- returns: value
+-- true, else 404 room_not_found
+SELECT mycelium.room_known(:room)

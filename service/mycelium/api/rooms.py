@@ -6,9 +6,7 @@ from litestar import Controller, delete, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody
 
 from mycelium.api.deps import VERBS, Annotated, Query, VerbsDep
-from mycelium.db.queries import q
 from mycelium.errors import Refusal
-from mycelium.hub import Hub
 from mycelium.verbs import NOBODY, Actor
 from mycelium.verbs.rooms import RoomCreate, RoomRead, RoomUpdate, room_read
 
@@ -52,7 +50,3 @@ class RoomController(Controller):
     async def delete_room(self, verbs: VerbsDep, room: FromPath[str]) -> None:
         await verbs.call(NOBODY, "delete_room", room=room)
 
-
-async def require_room(hub: Hub, room: str) -> None:
-    if not await hub.db.fetchval(q("room_exists"), room):
-        raise Refusal(404, "room_not_found", f"Room '{room}' not found", {"room": room})
