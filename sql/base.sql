@@ -185,3 +185,66 @@ BEGIN
   RETURN false;
 END
 $$;
+
+-- ---------------------------------------------------------------------------------------------
+-- The public API: the functions mycelium_app may call (sql/grants.sql grants EXECUTE on these and
+-- revokes it on every other function in the schema: post_notice, set_config, wake_hint, the
+-- triggers and every other helper are internal). One row per function name (all its signatures):
+--   write    a verb that changes state; it runs with its owner's rights (SECURITY DEFINER);
+--   read     a read a caller names; a PL/pgSQL one runs with its owner's rights too, so what it
+--            calls stays internal;
+--   inlined  a pure or read-only helper that a public SQL read or a view (board_rows, timeline,
+--            message_documents, receipt_export, …) names: the planner expands those into the
+--            caller's own query, which therefore needs it (tests/gateway checks that nothing a
+--            public read or a view names is internal).
+-- Operators act as mycelium_admin, the owner, and may call everything.
+CREATE OR REPLACE FUNCTION mycelium.public_verbs() RETURNS TABLE (name text, kind text)
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT v.name, v.kind FROM (VALUES
+    -- who acts, and the wake hints the caller sends itself
+    ('acting', 'write'), ('defer_wakes', 'write'),
+    -- rooms, memories, the markdown mirror, the embedder
+    ('create_room', 'write'), ('update_room', 'write'), ('delete_room', 'write'),
+    ('write_memory', 'write'), ('delete_memory', 'write'), ('set_embedding', 'write'),
+    ('register_follower', 'write'), ('advance_follower', 'write'),
+    ('derive_links', 'write'), ('rebuild_links', 'write'),  -- re-derived from the text: nothing to forge
+    -- the board
+    ('create_task', 'write'), ('claim_task', 'write'), ('release_task', 'write'), ('resolve_task', 'write'),
+    ('renew_tasks', 'write'), ('write_fields', 'write'), ('block_row', 'write'), ('unblock_row', 'write'),
+    ('dismiss_row', 'write'), ('promote_row', 'write'), ('set_dependency_gate', 'write'),
+    ('sweep_expired_leases', 'write'), ('write_setting', 'write'),
+    -- conversations
+    ('post_message', 'write'), ('amend_message', 'write'), ('take_next', 'write'), ('reply', 'write'),
+    ('hold_floor', 'write'), ('release_floor', 'write'), ('freeze_roster', 'write'), ('thaw_roster', 'write'),
+    -- transitions and receipts
+    ('claim_transition', 'write'), ('renew_lease', 'write'), ('advance_boundary', 'write'),
+    ('record_external_operation', 'write'), ('complete', 'write'), ('fail', 'write'),
+    ('mark_unknown', 'write'), ('mark_blocked', 'write'), ('repair', 'write'),
+    ('apply_reconcile_result', 'write'), ('release', 'write'), ('mark_worker_dead', 'write'),
+    ('register_receipt_key', 'write'), ('retire_receipt_keys', 'write'), ('sign_receipts', 'write'),
+    -- reads a caller names
+    ('actor', 'read'), ('declared_actor', 'read'), ('actor_kinds', 'read'), ('public_verbs', 'read'),
+    ('room_known', 'read'), ('refuse_missing', 'read'), ('normalize_handle', 'read'),
+    ('episode_ref', 'read'), ('row_of_episode', 'read'), ('memory_title', 'read'),
+    ('search_memories', 'read'), ('memory_links_of', 'read'), ('link_graph', 'read'),
+    ('link_integrity', 'read'), ('link_drift', 'read'), ('expand_memory', 'read'),
+    ('read_assignment', 'read'), ('read_fields', 'read'), ('dependency_gate_on', 'read'),
+    ('next_lease_expiry', 'read'), ('settings_of', 'read'), ('room_members', 'read'),
+    ('message_type_of', 'read'), ('thread_matches', 'read'), ('unsigned_receipt_batch', 'read'),
+    ('verify_receipt_chain', 'read'),
+    -- named by the public SQL reads and the views above
+    ('board_namespaces', 'inlined'), ('config_value', 'inlined'), ('episode_short_id', 'inlined'),
+    ('episode_urn', 'inlined'), ('is_assignable_key', 'inlined'), ('is_board_key', 'inlined'),
+    ('is_expandable', 'inlined'), ('lease_assignment', 'inlined'), ('lease_read', 'inlined'),
+    ('link_code_mask', 'inlined'), ('link_key', 'inlined'), ('link_pattern', 'inlined'),
+    ('link_ref', 'inlined'), ('link_relations', 'inlined'), ('link_slug', 'inlined'),
+    ('live_episode', 'inlined'), ('masked_outline', 'inlined'), ('memory_body_title', 'inlined'),
+    ('memory_outline', 'inlined'), ('mentions_in', 'inlined'), ('message_document', 'inlined'),
+    ('message_has', 'inlined'), ('named_handles', 'inlined'), ('parse_links', 'inlined'),
+    ('parse_masked_links', 'inlined'), ('receipt_hash', 'inlined'), ('receipt_preimage', 'inlined'),
+    ('receipt_preimage_after_seq', 'inlined'), ('receipt_preimage_before_seq', 'inlined'),
+    ('receipt_seq_field', 'inlined'), ('receipt_ts', 'inlined'), ('row_settled', 'inlined'),
+    ('settled_statuses', 'inlined'), ('stance_of', 'inlined'), ('stored_without_document', 'inlined'),
+    ('task_lease_end', 'inlined'), ('waiting_on', 'inlined')
+  ) AS v (name, kind)
+$$;
