@@ -81,23 +81,26 @@ $$;
 -- Declare the actor (a NULL or blank handle declares nobody) and, with p_defer_wakes, keep the wake
 -- hints for the caller (mycelium.defer_wakes). Returns p_passthrough unchanged, so a call can wrap
 -- a verb's first argument: arguments are evaluated before the verb runs, so the settings are in
--- place before its body and its triggers, and no statement of its own is needed.
+-- place before its body and its triggers, and no statement of its own is needed. (STABLE: it
+-- changes no table, only the transaction's settings, so it runs as its caller and its expressions
+-- take no snapshot each, as a VOLATILE function's do: it runs before every verb the hub calls.)
 CREATE OR REPLACE FUNCTION mycelium.acting(
   p_passthrough text, p_actor text, p_kind text, p_defer_wakes boolean DEFAULT false
-) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE done text;
+) RETURNS text LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  nobody boolean := p_actor IS NULL OR btrim(p_actor) = '';
+  done text;
 BEGIN
-  IF p_actor IS NULL OR btrim(p_actor) = '' THEN
-    done := set_config('mycelium.actor', '', true);
-    done := set_config('mycelium.actor_kind', '', true);
-  ELSIF p_kind IN ('person', 'agent', 'engine', 'operator') THEN  -- mycelium.actor_kinds()
-    done := set_config('mycelium.actor', p_actor, true);
-    done := set_config('mycelium.actor_kind', p_kind, true);
-  ELSE
-    PERFORM mycelium.refuse(422, 'invalid_actor_kind',
-      format('an actor is a person, an agent, an engine or an operator, not %L', coalesce(p_kind, 'nothing')),
-      jsonb_build_object('kind', p_kind, 'kinds', to_jsonb(mycelium.actor_kinds())));
+  IF NOT nobody AND p_kind IS DISTINCT FROM 'person' AND p_kind IS DISTINCT FROM 'agent'
+     AND p_kind IS DISTINCT FROM 'engine' AND p_kind IS DISTINCT FROM 'operator' THEN  -- actor_kinds()
+    -- (mycelium.refuse's shape, raised here: refuse is internal, and this runs as its caller)
+    RAISE EXCEPTION USING ERRCODE = 'MY422',
+      MESSAGE = format('an actor is a person, an agent, an engine or an operator, not %L', coalesce(p_kind, 'nothing')),
+      DETAIL = jsonb_build_object('error', 'invalid_actor_kind', 'kind', p_kind,
+                                  'kinds', to_jsonb(mycelium.actor_kinds()))::text;
   END IF;
+  done := set_config('mycelium.actor', CASE WHEN nobody THEN '' ELSE p_actor END, true);
+  done := set_config('mycelium.actor_kind', CASE WHEN nobody THEN '' ELSE p_kind END, true);
   IF p_defer_wakes THEN
     done := set_config('mycelium.defer_wake', 'on', true);
     done := set_config('mycelium.wake_hints', '', true);

@@ -9,7 +9,7 @@ import pytest
 
 from mycelium.db.queries import compile_query
 from mycelium.errors import Refusal
-from mycelium.verbs import NOBODY, Actor, verbs_of
+from mycelium.verbs import NOBODY, Actor, Verbs, verbs_of
 
 
 def test_named_parameters_become_positional_in_the_order_they_first_appear():
@@ -100,3 +100,52 @@ async def test_composed_sql_runs_only_in_a_read_only_transaction(hub):
     with pytest.raises(RuntimeError, match="read-only"):
         async with verbs.transaction() as tx:
             await tx.select("SELECT 1")
+
+
+async def test_an_actor_of_no_known_kind_is_refused_before_the_verb_runs(hub):
+    with pytest.raises(Refusal) as caught:
+        await create(verbs_of(hub), Actor("julia", "wizard"), "atlas")  # type: ignore[arg-type]
+    assert (caught.value.status, caught.value.error) == (422, "invalid_actor_kind")
+    assert await verbs_of(hub).call(NOBODY, "get_room", room="atlas") is None
+
+
+async def test_a_call_is_one_statement_with_its_actor_declared_inside_it(db_dsn):
+    from mycelium.db.pool import create_pool
+
+    pool = await create_pool(db_dsn, role="mycelium_app", min_size=1, max_size=1)
+    try:
+        sent: list[str] = []
+        async with pool.acquire() as conn:
+            conn.add_query_logger(lambda record: sent.append(record.query))
+        verbs = Verbs(pool, hint=lambda _hints: None)
+        await create(verbs, Actor("julia"), "atlas")
+        await verbs.call(Actor("julia"), "write_memory", room="atlas", key="work/a", value="# A", created_by="julia",
+                         tags=None, meta=None, content_text=None, base_version=None, embedding=None, embed=False)
+        await verbs.call(Actor("julia"), "claim_task", room="atlas", key="work/a", handle="julia", ttl_minutes=30,
+                         force=False)
+        assert len(sent) == 3 and all("mycelium.acting(" in sql for sql in sent)
+    finally:
+        await pool.close()
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/api/rooms/nowhere/memory", {"room": "nowhere", "error": "room_not_found",
+                                   "message": "Room 'nowhere' not found"}),
+    ("/api/rooms/nowhere/tasks", {"room": "nowhere", "error": "room_not_found",
+                                  "message": "Room 'nowhere' not found"}),
+    ("/api/rooms/nowhere/messages", {"room": "nowhere", "error": "room_not_found",
+                                     "message": "Room 'nowhere' not found"}),
+    ("/api/rooms/atlas/memory/notes/none", {"room": "atlas", "key": "notes/none", "error": "memory_not_found",
+                                            "message": "no memory 'notes/none' in room 'atlas'"}),
+    ("/api/rooms/atlas/history/notes/none", {
+        "room": "atlas", "key": "notes/none", "error": "memory_not_found",
+        "message": "no memory 'notes/none' in room 'atlas' has ever existed"}),
+    ("/api/rooms/atlas/tasks/work/none", {"room": "atlas", "ref": "work/none", "error": "row_not_found",
+                                          "message": "no board row 'work/none' in room 'atlas' (by key or thread id)"}),
+    ("/api/rooms/atlas/skills/none", {"room": "atlas", "name": "none", "error": "skill_not_found",
+                                      "message": "no skill 'none' in room 'atlas'"}),
+])
+async def test_a_missing_room_or_row_is_the_same_404_as_before(client, path, body):
+    assert (await client.post("/api/rooms", json={"name": "atlas"})).status_code == 201
+    r = await client.get(path)
+    assert (r.status_code, r.json()) == (404, body)
