@@ -115,20 +115,12 @@ CREATE OR REPLACE FUNCTION mycelium.declared_actor() RETURNS text LANGUAGE sql S
               THEN nullif(current_setting('mycelium.actor', true), '') END
 $$;
 
--- The author of a write: the declared actor, else p_given (the verb's positional field, named
--- p_field in a refusal). Both present and not the same handle -> 403 actor_mismatch naming both.
--- (PL/pgSQL: every write verb calls it, and its body is compiled once per session.)
-CREATE OR REPLACE FUNCTION mycelium.author(p_given text, p_field text DEFAULT 'handle') RETURNS text
+-- The declared actor, when p_given (an author field spelled otherwise) is the same handle; else 403
+-- actor_mismatch naming both. (PL/pgSQL, called only when the two strings differ.)
+CREATE OR REPLACE FUNCTION mycelium.same_author(p_given text, p_field text) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
-DECLARE actor text;
+DECLARE actor text := current_setting('mycelium.actor', true);
 BEGIN
-  IF coalesce(current_setting('mycelium.actor_kind', true), '') = '' THEN
-    RETURN p_given;
-  END IF;
-  actor := nullif(current_setting('mycelium.actor', true), '');
-  IF actor IS NULL OR p_given IS NULL OR btrim(p_given) = '' THEN
-    RETURN coalesce(actor, p_given);
-  END IF;
   IF mycelium.normalize_handle(p_given) <> mycelium.normalize_handle(actor) THEN
     PERFORM mycelium.refuse(403, 'actor_mismatch',
       format('%s names @%s, but @%s is asking: a write is authored by whoever makes it', p_field,
@@ -139,27 +131,45 @@ BEGIN
 END
 $$;
 
+-- The author of a write: the declared actor, else p_given (the verb's positional field, named
+-- p_field in a refusal). Both present and not the same handle -> 403 actor_mismatch naming both.
+-- (One SQL expression: every write verb names it, and it is inlined there, no call of its own.)
+CREATE OR REPLACE FUNCTION mycelium.author(p_given text, p_field text DEFAULT 'handle') RETURNS text
+LANGUAGE sql STABLE AS $$
+  SELECT CASE
+    WHEN coalesce(current_setting('mycelium.actor_kind', true), '') = ''
+      OR coalesce(current_setting('mycelium.actor', true), '') = '' THEN p_given
+    WHEN p_given IS NULL OR btrim(p_given) = '' OR p_given = current_setting('mycelium.actor', true)
+      THEN current_setting('mycelium.actor', true)
+    ELSE mycelium.same_author(p_given, p_field)
+  END
+$$;
+
 -- The handles engines answer to. Until engines are registered (the engine registry extends this
 -- rule), an engine's handle is reserved for an actor declared as that engine (kind 'engine').
 CREATE OR REPLACE FUNCTION mycelium.engine_handles() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
   SELECT ARRAY['aligner', 'conductor', 'hello', 'synthesizer']
 $$;
 
+-- Is the declared actor the engine whose handle is p_handle (normalised)?
+CREATE OR REPLACE FUNCTION mycelium.acting_as_engine(p_handle text) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN coalesce(current_setting('mycelium.actor_kind', true), '') = 'engine'
+     AND mycelium.normalize_handle(current_setting('mycelium.actor', true)) = p_handle;
+END
+$$;
+
 -- Why p_handle (normalised) may not be the sender of a message, or NULL when it may. @system is the
 -- hub itself: its notices and pings are written by the database (post_notice and the timeline's
--- triggers insert them directly), never through a verb that writes a message.
-CREATE OR REPLACE FUNCTION mycelium.reserved_sender(p_handle text) RETURNS text LANGUAGE plpgsql STABLE AS $$
-BEGIN
-  IF p_handle = 'system' THEN
-    RETURN '@system is the hub itself; write as yourself';
-  END IF;
-  IF p_handle = ANY (mycelium.engine_handles())
-     AND NOT (current_setting('mycelium.actor_kind', true) = 'engine'
-              AND mycelium.normalize_handle(current_setting('mycelium.actor', true)) = p_handle) THEN
-    RETURN format('@%s is the handle of an engine; only that engine writes as it', p_handle);
-  END IF;
-  RETURN NULL;
-END
+-- triggers insert them directly), never through a verb that writes a message. (One SQL
+-- expression, inlined where it is named.)
+CREATE OR REPLACE FUNCTION mycelium.reserved_sender(p_handle text) RETURNS text LANGUAGE sql STABLE AS $$
+  SELECT CASE
+    WHEN p_handle = 'system' THEN '@system is the hub itself; write as yourself'
+    WHEN p_handle = ANY (mycelium.engine_handles()) AND NOT mycelium.acting_as_engine(p_handle)
+      THEN format('@%s is the handle of an engine; only that engine writes as it', p_handle)
+  END
 $$;
 
 -- p_raw as a sender: normalised and valid (422 otherwise, as require_handle), and not reserved
