@@ -7,15 +7,15 @@ verified it. ``principal`` is where a verified identity will go when a request c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Kind = Literal["person", "agent", "engine", "operator"]
 KINDS: tuple[Kind, ...] = ("person", "agent", "engine", "operator")
 
 
-@dataclass(frozen=True, slots=True)
-class Actor:
+class Actor(NamedTuple):
+    """Who asks (a tuple: one is made for every call)."""
+
     handle: str | None
     """The handle the caller acts as; None: nobody declared (a write then names its author itself)."""
     kind: Kind = "agent"
@@ -25,7 +25,7 @@ class Actor:
     @classmethod
     def declared(cls, handle: str | None, kind: Kind = "agent") -> Actor:
         """The actor a request declares by naming its author (blank or missing: nobody)."""
-        if handle is None or not handle.strip():
+        if not handle or handle.isspace():
             return NOBODY
         return cls(handle, kind)
 

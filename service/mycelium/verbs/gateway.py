@@ -40,22 +40,28 @@ GATEWAY_PARAMS = frozenset({"actor", "actor_kind", "defer_wakes"})
 
 def bind(q: Query, actor: Actor, defer: bool, params: Mapping[str, Any]) -> list[Any]:
     """The positional arguments of one call, or TypeError naming what is wrong with ``params``."""
-    args: list[Any] = []
-    for name in q.params:
-        if name == "actor":
-            args.append(actor.handle)
-        elif name == "actor_kind":
-            args.append(None if actor.handle is None else actor.kind)
-        elif name == "defer_wakes":
-            args.append(defer)
-        elif name in params:
-            args.append(params[name])
-        else:
-            raise TypeError(f"verb {q.name!r} needs parameter {name!r}")
-    if len(params) + len(GATEWAY_PARAMS.intersection(q.params)) != len(q.params):
-        extra = sorted(set(params) - set(q.params) | GATEWAY_PARAMS.intersection(params))
-        raise TypeError(f"verb {q.name!r} takes no parameter {', '.join(map(repr, extra))}")
-    return args
+    given = _given(q)
+    if len(params) != len(given) or not GATEWAY_PARAMS.isdisjoint(params):
+        extra = sorted(set(params) - given | GATEWAY_PARAMS.intersection(params))
+        if extra:
+            raise TypeError(f"verb {q.name!r} takes no parameter {', '.join(map(repr, extra))}")
+    merged = {**params, "actor": actor.handle, "actor_kind": None if actor.handle is None else actor.kind,
+              "defer_wakes": defer}
+    try:
+        return [merged[name] for name in q.params]
+    except KeyError as missing:
+        raise TypeError(f"verb {q.name!r} needs parameter {missing.args[0]!r}") from None
+
+
+_GIVEN: dict[str, frozenset[str]] = {}
+
+
+def _given(q: Query) -> frozenset[str]:
+    """The parameters a caller passes to ``q`` (all but the gateway's own)."""
+    found = _GIVEN.get(q.name)
+    if found is None:
+        found = _GIVEN[q.name] = frozenset(q.params) - GATEWAY_PARAMS
+    return found
 
 
 async def run(db: Runner, q: Query, args: list[Any]) -> Any:
