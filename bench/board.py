@@ -54,7 +54,10 @@ from _db import bench_database
 from _report import machine, stamp, table, write_section
 from mycelium.db.listener import Listener
 from mycelium.db.pool import create_pool
-from mycelium.db.queries import q
+from mycelium.db.queries import query
+from mycelium.errors import Refusal
+from mycelium.verbs import Actor, Verbs
+from mycelium.verbs.gateway import bind
 from tests.support.processes import HubProcess
 from transitions import CpuProbe
 from wake import Http, tree_cpu
@@ -228,18 +231,25 @@ async def database_share(conn: asyncpg.Connection, prefix: str, n: int) -> dict[
     """The database's share of a cycle: the hub's claim and resolve queries on one connection, back
     to back, nobody else; latency and CPU of that one backend per call (not the whole server's)."""
     rows = [row.split(" ", 1) for row in await file_rows(conn, prefix, 2 * n, 1)]
-    claim, resolve = q("claim"), q("resolve")
+    claim, resolve, solo = query("claim_task"), query("resolve_task"), Actor("solo")
+
+    def statements(room: str, key: str) -> list[tuple[str, str, list[object]]]:
+        """The gateway's statements for one cycle, as a hub with a listener runs them."""
+        common = {"room": room, "key": key, "handle": "solo"}
+        return [("claim", claim.sql, bind(claim, solo, True, {**common, "ttl_minutes": 30, "force": False})),
+                ("resolve", resolve.sql, bind(resolve, solo, True, common))]
+
     for room, key in rows[:n]:  # warm the plans and caches
-        await conn.fetchrow(claim, room, key, "solo", 30, False)
-        await conn.fetchrow(resolve, room, key, "solo")
+        for _verb, sql, args in statements(room, key):
+            await conn.fetchrow(sql, *args)
     timed = rows[n:]
     times: dict[str, list[float]] = {"claim": [], "resolve": []}
     cpu: dict[str, list[float]] = {"claim": [], "resolve": []}
     backend = conn.get_server_pid()
     for room, key in timed:
-        for verb, query, args in (("claim", claim, (30, False)), ("resolve", resolve, ())):
+        for verb, sql, args in statements(room, key):
             c0, t0 = backend_cpu_us(backend), time.perf_counter()
-            await conn.fetchrow(query, room, key, "solo", *args)
+            await conn.fetchrow(sql, *args)
             times[verb].append(time.perf_counter() - t0)
             cpu[verb].append(backend_cpu_us(backend) - c0)
     return {verb: Share(statistics.median(times[verb]), statistics.median(cpu[verb])) for verb in times}
@@ -306,13 +316,22 @@ async def measure(args: argparse.Namespace, dsn: str, postmaster: int | None) ->
             hints.hint(found.get("wake_hints"))
             return True
 
-        hub_claim, hub_resolve = q("claim"), q("resolve")
+        verbs = Verbs(pool, hints.hint)  # the hub's gateway: the actor declared, the hints sent
 
         async def sql_claim(row: str, who: str) -> bool:
-            return await sql_call(hub_claim, row, who, 30, False)
+            room, key = row.split(" ", 1)
+            try:
+                await verbs.call(Actor(who), "claim_task", room=room, key=key, handle=who, ttl_minutes=30,
+                                 force=False)
+            except Refusal as refused:
+                if refused.status != 409:
+                    raise
+                return False
+            return True
 
         async def sql_resolve(row: str, who: str) -> None:
-            await sql_call(hub_resolve, row, who)
+            room, key = row.split(" ", 1)
+            await verbs.call(Actor(who), "resolve_task", room=room, key=key, handle=who)
 
         async def plain_claim(row: str, who: str) -> bool:
             return await sql_call("SELECT * FROM mycelium.claim_task($1, $2, $3)", row, who, via=own)

@@ -403,7 +403,7 @@ CREATE OR REPLACE FUNCTION mycelium.claim_task(p_room text, p_key text, p_handle
 RETURNS mycelium.lease_read LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  h text := mycelium.board_require_handle(p_handle);
+  h text := mycelium.board_require_handle(mycelium.author(p_handle));
   m mycelium.memories;
   a mycelium.assignments;
   depends boolean;
@@ -448,7 +448,7 @@ CREATE OR REPLACE FUNCTION mycelium.release_task(p_room text, p_key text, p_hand
 RETURNS mycelium.lease_read LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  h text := mycelium.board_require_handle(p_handle);
+  h text := mycelium.board_require_handle(mycelium.author(p_handle));
   m mycelium.memories;
   a mycelium.assignments;
   depends boolean;
@@ -485,7 +485,7 @@ CREATE OR REPLACE FUNCTION mycelium.resolve_task(p_room text, p_key text, p_hand
 RETURNS mycelium.lease_read LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  h text := mycelium.board_require_handle(p_handle);
+  h text := mycelium.board_require_handle(mycelium.author(p_handle));
   m mycelium.memories;
   a mycelium.assignments;
   depends boolean;
@@ -531,7 +531,7 @@ $$;
 -- live. Fresh leases are left alone (no write); expired ones are not brought back. No notices.
 CREATE OR REPLACE FUNCTION mycelium.renew_tasks(p_room text, p_handle text)
 RETURNS TABLE (key text, claimed_at timestamptz, ttl_minutes integer) LANGUAGE plpgsql AS $$
-DECLARE h text := mycelium.board_require_handle(p_handle);
+DECLARE h text := mycelium.board_require_handle(mycelium.author(p_handle));
 BEGIN
   PERFORM mycelium.require_room(p_room);
   PERFORM set_config('mycelium.actor', h, true);

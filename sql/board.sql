@@ -348,7 +348,8 @@ BEGIN
   IF coalesce(p_room, '') <> '' THEN
     PERFORM mycelium.require_room(p_room);
   END IF;
-  PERFORM mycelium.set_config('board.dependency_gate', to_jsonb(p_on), coalesce(p_room, ''), p_by);
+  PERFORM mycelium.set_config('board.dependency_gate', to_jsonb(p_on), coalesce(p_room, ''),
+                              mycelium.author(p_by, 'handle'));
   RETURN mycelium.dependency_gate_on(nullif(p_room, ''));
 END
 $$;
@@ -360,13 +361,15 @@ $$;
 CREATE OR REPLACE FUNCTION mycelium.write_fields(p_room text, p_key text, p_by text, p_fields jsonb)
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
 DECLARE
+  by_handle text;
   cur mycelium.memories;
   bad text[];
   f record;
   allowed text[];
 BEGIN
   PERFORM mycelium.require_room(p_room);
-  IF p_by IS NULL OR btrim(p_by) = '' THEN
+  by_handle := mycelium.author(p_by, 'handle');
+  IF by_handle IS NULL OR btrim(by_handle) = '' THEN
     PERFORM mycelium.refuse(422, 'missing_author', 'a field write names who writes it (handle)');
   END IF;
   IF p_fields IS NULL OR jsonb_typeof(p_fields) <> 'object' OR p_fields = '{}'::jsonb THEN
@@ -406,7 +409,7 @@ BEGIN
     PERFORM mycelium.refuse(404, 'memory_not_found', format('no memory %L in room %L', p_key, p_room),
                             jsonb_build_object('room', p_room, 'key', p_key));
   END IF;
-  RETURN mycelium.write_memory(p_room, p_key, cur.value, p_by, NULL, p_fields, cur.content_text,
+  RETURN mycelium.write_memory(p_room, p_key, cur.value, by_handle, NULL, p_fields, cur.content_text,
                                NULL, NULL, false);
 END
 $$;
@@ -456,7 +459,7 @@ BEGIN
     PERFORM mycelium.refuse(422, 'missing_blocker', 'say what the row is blocked on (e.g. "#502")',
                             jsonb_build_object('key', p_key));
   END IF;
-  RETURN mycelium.write_fields(p_room, p_key, mycelium.board_require_handle(p_by),
+  RETURN mycelium.write_fields(p_room, p_key, mycelium.board_require_handle(mycelium.author(p_by)),
                                jsonb_build_object('blocked_by', btrim(p_on)));
 END
 $$;
@@ -469,7 +472,8 @@ BEGIN
     PERFORM mycelium.refuse(409, 'not_blocked', format('%L is not blocked', p_key),
                             jsonb_build_object('key', p_key));
   END IF;
-  RETURN mycelium.write_fields(p_room, p_key, mycelium.board_require_handle(p_by), '{"blocked_by": null}');
+  RETURN mycelium.write_fields(p_room, p_key, mycelium.board_require_handle(mycelium.author(p_by)),
+                               '{"blocked_by": null}');
 END
 $$;
 
@@ -477,14 +481,15 @@ CREATE OR REPLACE FUNCTION mycelium.dismiss_row(p_room text, p_key text, p_by te
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM mycelium.require_board_row(p_room, p_key);
-  RETURN mycelium.write_fields(p_room, p_key, mycelium.board_require_handle(p_by), '{"status": "dismissed"}');
+  RETURN mycelium.write_fields(p_room, p_key, mycelium.board_require_handle(mycelium.author(p_by)),
+                               '{"status": "dismissed"}');
 END
 $$;
 
 -- Promote: the row is owned elsewhere now (an issue, a PR); it is resolved here and says where.
 CREATE OR REPLACE FUNCTION mycelium.promote_row(p_room text, p_key text, p_by text, p_url text DEFAULT NULL)
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
-DECLARE h text := mycelium.board_require_handle(p_by);
+DECLARE h text := mycelium.board_require_handle(mycelium.author(p_by));
 BEGIN
   PERFORM mycelium.require_board_row(p_room, p_key);
   RETURN mycelium.write_fields(p_room, p_key, h,
@@ -509,7 +514,7 @@ BEGIN
   IF p_title IS NULL OR btrim(p_title) = '' THEN
     PERFORM mycelium.refuse(422, 'missing_title', 'a task needs a title');
   END IF;
-  by_handle := mycelium.board_require_handle(p_by);
+  by_handle := mycelium.board_require_handle(mycelium.author(p_by));
   k := coalesce(nullif(btrim(p_key), ''), 'work/' || mycelium.task_slug(p_title));
   IF NOT mycelium.is_board_key(k) THEN
     PERFORM mycelium.refuse(422, 'not_a_board_row',

@@ -1,6 +1,7 @@
 -- The schema as a catalogue of named definitions, and its fingerprint.
 --
--- One row per object of schema mycelium that decides behaviour: relations with their privileges,
+-- One row per object of schema mycelium that decides behaviour: relations with their privileges
+-- (each access list in a stable order: the order grants were made in changes nothing),
 -- columns (position, type, nullability, default, generation), constraints, indexes, functions (the
 -- full definition with its attributes, digested, and privileges), triggers, views, policies,
 -- domains, types and sequences, and comments. Two databases with the same catalogue behave the
@@ -9,7 +10,7 @@
 
 CREATE OR REPLACE FUNCTION mycelium.schema_catalogue()
 RETURNS TABLE (kind text, name text, definition text) LANGUAGE sql STABLE AS $$
-  SELECT 'relation', c.relname, c.relkind::text || ' ' || coalesce(c.relacl::text, '')
+  SELECT 'relation', c.relname, c.relkind::text || ' ' || coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(c.relacl) a), '')
                                 || CASE WHEN c.relrowsecurity THEN ' rls' ELSE '' END
   FROM pg_class c
   WHERE c.relnamespace = 'mycelium'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
@@ -21,7 +22,7 @@ RETURNS TABLE (kind text, name text, definition text) LANGUAGE sql STABLE AS $$
          || CASE a.attgenerated WHEN 's' THEN ' generated ' ELSE ' default ' END
          || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
          || CASE WHEN a.attidentity <> '' THEN ' identity ' || a.attidentity::text ELSE '' END
-         || coalesce(' ' || a.attacl::text, '')
+         || coalesce(' ' || (SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(a.attacl) a), '')
   FROM pg_class c
   JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
   LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
@@ -37,10 +38,10 @@ RETURNS TABLE (kind text, name text, definition text) LANGUAGE sql STABLE AS $$
   FROM pg_class c WHERE c.relnamespace = 'mycelium'::regnamespace AND c.relkind IN ('i', 'I')
   UNION ALL
   SELECT 'function', p.oid::regprocedure::text,
-         md5(pg_get_functiondef(p.oid)) || ' ' || coalesce(p.proacl::text, '')
+         md5(pg_get_functiondef(p.oid)) || ' ' || coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(p.proacl) a), '')
   FROM pg_proc p WHERE p.pronamespace = 'mycelium'::regnamespace AND p.prokind IN ('f', 'p', 'w')
   UNION ALL
-  SELECT 'function', p.oid::regprocedure::text, 'aggregate ' || coalesce(p.proacl::text, '')
+  SELECT 'function', p.oid::regprocedure::text, 'aggregate ' || coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(p.proacl) a), '')
   FROM pg_proc p WHERE p.pronamespace = 'mycelium'::regnamespace AND p.prokind = 'a'
   UNION ALL
   SELECT 'trigger', c.relname || '.' || g.tgname, pg_get_triggerdef(g.oid)
@@ -82,7 +83,7 @@ RETURNS TABLE (kind text, name text, definition text) LANGUAGE sql STABLE AS $$
      OR (d.classoid = 'pg_proc'::regclass
          AND d.objoid IN (SELECT oid FROM pg_proc WHERE pronamespace = 'mycelium'::regnamespace))
   UNION ALL
-  SELECT 'schema', n.nspname, coalesce(n.nspacl::text, '')
+  SELECT 'schema', n.nspname, coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(n.nspacl) a), '')
   FROM pg_namespace n WHERE n.nspname = 'mycelium'
 $$;
 COMMENT ON FUNCTION mycelium.schema_catalogue() IS

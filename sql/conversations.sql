@@ -135,8 +135,9 @@ CREATE OR REPLACE TRIGGER messages_follow_up AFTER INSERT ON mycelium.messages
 -- ---------------------------------------------------------------------------------------------
 -- Verbs.
 
--- Post one message. Every write passes the thread write gate (floors.sql) on insert. The sender and
--- recipients are stored normalised; p_episode may be a URN, a thread's short id, or NULL (the room).
+-- Post one message. Every write passes the thread write gate (floors.sql) on insert. The sender is the
+-- declared actor, else p_sender, and never a reserved handle (mycelium.require_sender: 403); sender
+-- and recipients are stored normalised; p_episode may be a URN, a thread's short id, or NULL (the room).
 CREATE OR REPLACE FUNCTION mycelium.post_message(
   p_room text, p_sender text, p_content text, p_episode text DEFAULT NULL,
   p_recipients text[] DEFAULT '{}', p_kind text DEFAULT 'exchange', p_subkind text DEFAULT NULL,
@@ -152,7 +153,7 @@ DECLARE
   r mycelium.messages;
 BEGIN
   PERFORM mycelium.require_room(p_room);
-  sender := mycelium.require_handle(p_sender, 'sender');
+  sender := mycelium.require_sender(mycelium.author(p_sender, 'sender'), 'sender');
   -- (loops and guards rather than queries over empty or one-element arrays: each query is an
   -- executor start-up on every post)
   FOREACH given IN ARRAY coalesce(p_recipients, '{}') LOOP
@@ -183,7 +184,8 @@ END
 $$;
 
 -- Amend a message: a new exchange:amend parented on the original (an amendment of an amendment
--- amends the original). Only the original sender may amend. Returns the original, folded.
+-- amends the original). Only the original sender may amend (the declared actor, else p_by, else the
+-- original sender), and a reserved handle never does. Returns the original, folded.
 CREATE OR REPLACE FUNCTION mycelium.amend_message(p_room text, p_id uuid, p_content text, p_by text)
 RETURNS mycelium.timeline LANGUAGE plpgsql AS $$
 DECLARE
@@ -207,7 +209,8 @@ BEGIN
   IF p_content IS NULL OR btrim(p_content) = '' THEN
     PERFORM mycelium.refuse(422, 'empty_content', 'an amendment needs the new text');
   END IF;
-  by_handle := mycelium.require_handle(coalesce(p_by, target.sender), 'sender_handle');
+  by_handle := mycelium.require_sender(coalesce(mycelium.author(p_by, 'sender_handle'), target.sender),
+                                       'sender_handle');
   IF by_handle <> mycelium.normalize_handle(target.sender) THEN
     PERFORM mycelium.refuse(403, 'not_sender',
       format('only @%s may amend their message; @%s may not', mycelium.normalize_handle(target.sender), by_handle),

@@ -193,6 +193,7 @@ CREATE OR REPLACE FUNCTION mycelium.hold_floor(
 ) RETURNS mycelium.floors LANGUAGE plpgsql AS $$
 DECLARE
   ep text := mycelium.episode_ref(p_room, p_episode);
+  by_handle text := mycelium.author(p_by, 'by');
   holder text;
   speakers text[];
   r mycelium.floors;
@@ -200,9 +201,9 @@ BEGIN
   PERFORM mycelium.require_room(p_room);
   holder := mycelium.require_handle(p_holder, 'holder');
   speakers := array_remove(mycelium.handle_list(p_speakers, 'speaker'), holder);
-  IF p_by IS NOT NULL THEN PERFORM set_config('mycelium.actor', p_by, true); END IF;
+  IF by_handle IS NOT NULL THEN PERFORM set_config('mycelium.actor', by_handle, true); END IF;
   INSERT INTO mycelium.floors AS f (room, episode, holder, speakers, held_by)
-  VALUES (p_room, ep, holder, speakers, coalesce(mycelium.normalize_handle(p_by), holder))
+  VALUES (p_room, ep, holder, speakers, coalesce(mycelium.normalize_handle(by_handle), holder))
   ON CONFLICT (room, episode) DO UPDATE SET holder = excluded.holder, speakers = excluded.speakers,
                                             held_by = excluded.held_by
     WHERE (f.holder, f.speakers) IS DISTINCT FROM (excluded.holder, excluded.speakers)
@@ -217,9 +218,12 @@ $$;
 -- Release a thread's floor: true if one was held (and is now gone), false if there was none.
 CREATE OR REPLACE FUNCTION mycelium.release_floor(p_room text, p_episode text, p_by text DEFAULT NULL)
 RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE by_handle text := mycelium.author(p_by, 'by');
 BEGIN
   PERFORM mycelium.require_room(p_room);
-  IF p_by IS NOT NULL THEN PERFORM set_config('mycelium.actor', mycelium.normalize_handle(p_by), true); END IF;
+  IF by_handle IS NOT NULL THEN
+    PERFORM set_config('mycelium.actor', mycelium.normalize_handle(by_handle), true);
+  END IF;
   DELETE FROM mycelium.floors WHERE room = p_room AND episode = mycelium.episode_ref(p_room, p_episode);
   RETURN FOUND;
 END
@@ -243,7 +247,8 @@ BEGIN
       jsonb_build_object('room', p_room, 'episode', ep));
   END IF;
   INSERT INTO mycelium.rosters AS x (room, episode, members, frozen_by)
-  VALUES (p_room, ep, mycelium.handle_list(p_members, 'member'), mycelium.require_handle(p_by, 'frozen_by'))
+  VALUES (p_room, ep, mycelium.handle_list(p_members, 'member'),
+          mycelium.require_handle(mycelium.author(p_by, 'frozen_by'), 'frozen_by'))
   ON CONFLICT (room, episode) DO UPDATE SET members = excluded.members, frozen_by = excluded.frozen_by,
                                             frozen_at = now()
   RETURNING * INTO r;

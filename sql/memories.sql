@@ -269,6 +269,7 @@ $$;
 -- moved on, nothing is written and the refusal carries the current content (409 stale_base).
 -- p_embedding: the vector of coalesce(p_content_text, text) when the caller has one; without it the
 -- old vector is kept if the text is unchanged (or p_embed is false), else cleared for the embedder.
+-- The author is the declared actor (mycelium.author), else p_by.
 CREATE OR REPLACE FUNCTION mycelium.write_memory(
   p_room text, p_key text, p_value jsonb, p_by text,
   p_tags text[] DEFAULT NULL, p_meta jsonb DEFAULT NULL, p_content_text text DEFAULT NULL,
@@ -276,6 +277,7 @@ CREATE OR REPLACE FUNCTION mycelium.write_memory(
 ) RETURNS mycelium.memories LANGUAGE plpgsql AS $$
 DECLARE
   problem text := mycelium.memory_key_problem(p_key);
+  by_handle text;
   v jsonb;
   new_meta jsonb;
   text_hash text;
@@ -286,7 +288,8 @@ BEGIN
   IF problem IS NOT NULL THEN
     PERFORM mycelium.refuse(422, 'invalid_key', problem, jsonb_build_object('key', p_key));
   END IF;
-  IF p_by IS NULL OR btrim(p_by) = '' THEN
+  by_handle := mycelium.author(p_by, 'created_by');
+  IF by_handle IS NULL OR btrim(by_handle) = '' THEN
     PERFORM mycelium.refuse(422, 'missing_author', 'a memory write names its author (created_by)');
   END IF;
   v := CASE jsonb_typeof(p_value) WHEN 'string' THEN jsonb_build_object('text', p_value #>> '{}')
@@ -303,7 +306,7 @@ BEGIN
     PERFORM mycelium.refuse(422, 'invalid_base_version', 'base_version is 0 or more',
                             jsonb_build_object('key', p_key));
   END IF;
-  PERFORM set_config('mycelium.actor', p_by, true);
+  PERFORM set_config('mycelium.actor', by_handle, true);
   text_hash := md5(coalesce(p_content_text, v ->> 'text', v::text));
 
   LOOP
@@ -317,7 +320,7 @@ BEGIN
       new_meta := jsonb_strip_nulls(cur.meta || (coalesce(p_meta, '{}') - mycelium.managed_memory_keys()));
       UPDATE mycelium.memories SET
         value = v, meta = new_meta, tags = coalesce(p_tags, cur.tags), content_text = p_content_text,
-        updated_by = p_by,
+        updated_by = by_handle,
         embedding = CASE WHEN p_embedding IS NOT NULL THEN p_embedding
                          WHEN NOT p_embed OR cur.embedded_hash = text_hash THEN cur.embedding END,
         embedded_hash = CASE WHEN p_embedding IS NOT NULL THEN text_hash
@@ -334,7 +337,7 @@ BEGIN
     INSERT INTO mycelium.memories (room, key, value, meta, tags, content_text, created_by, updated_by,
                                    embedding, embedded_hash)
     VALUES (p_room, p_key, v, jsonb_strip_nulls(coalesce(p_meta, '{}') - mycelium.managed_memory_keys()),
-            coalesce(p_tags, '{}'), p_content_text, p_by, p_by, p_embedding,
+            coalesce(p_tags, '{}'), p_content_text, by_handle, by_handle, p_embedding,
             CASE WHEN p_embedding IS NOT NULL THEN text_hash END)
     ON CONFLICT (room, key) DO NOTHING
     RETURNING * INTO r;
@@ -348,10 +351,12 @@ $$;
 
 CREATE OR REPLACE FUNCTION mycelium.delete_memory(p_room text, p_key text, p_by text DEFAULT NULL)
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
-DECLARE r mycelium.memories;
+DECLARE
+  by_handle text := mycelium.author(p_by, 'by');
+  r mycelium.memories;
 BEGIN
   PERFORM mycelium.require_room(p_room);
-  IF p_by IS NOT NULL THEN PERFORM set_config('mycelium.actor', p_by, true); END IF;
+  IF by_handle IS NOT NULL THEN PERFORM set_config('mycelium.actor', by_handle, true); END IF;
   DELETE FROM mycelium.memories WHERE room = p_room AND key = p_key RETURNING * INTO r;
   IF r.key IS NULL THEN
     PERFORM mycelium.refuse(404, 'memory_not_found', format('no memory %L in room %L', p_key, p_room),

@@ -114,7 +114,7 @@ CREATE OR REPLACE FUNCTION mycelium.take_next(
 ) RETURNS SETOF mycelium.timeline LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  h text := mycelium.require_handle(p_handle);
+  h text := mycelium.require_handle(mycelium.author(p_handle));
   scope text;
   cur mycelium.delivery_cursors;
   hit mycelium.messages;
@@ -240,22 +240,19 @@ COMMENT ON FUNCTION mycelium.take_next(text,text,text,double precision) IS
 -- A member's reply: an exchange with payload type `reply`, through the same write gate. p_data is
 -- what its markers stated (lifted by the caller), else {"action": "reply"}. It lands in p_episode
 -- (NULL: the room), never implicitly in the thread that woke the replier; when it does land where
--- the waking message was, it answers that message (parent) and its sender (recipient).
+-- the waking message was, it answers that message (parent) and its sender (recipient). The replier
+-- is the declared actor, else p_handle, and never a reserved handle (403).
 CREATE OR REPLACE FUNCTION mycelium.reply(
   p_room text, p_handle text, p_text text, p_data jsonb DEFAULT NULL, p_episode text DEFAULT NULL
 ) RETURNS mycelium.messages LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  h text := mycelium.require_handle(p_handle);
+  h text := mycelium.require_sender(mycelium.author(p_handle), 'handle');
   ep text := mycelium.episode_ref(p_room, p_episode);
   cur mycelium.delivery_cursors;
   parents uuid[] := '{}';
   recipients text[] := '{}';
 BEGIN
-  IF h = 'system' THEN
-    PERFORM mycelium.refuse(403, 'reserved_handle', '@system is the hub itself; it does not reply',
-                            jsonb_build_object('handle', h));
-  END IF;
   IF p_text IS NULL OR btrim(p_text) = '' THEN
     PERFORM mycelium.refuse(422, 'empty_reply', 'a reply needs some text');
   END IF;

@@ -37,6 +37,17 @@ BEGIN
 END
 $$;
 
+-- For a read of a room's rows: true, or 404 room_not_found. A query names it in its WHERE clause
+-- with nothing but the room's parameter, which makes it a one-time filter: checked once, in the
+-- read's own statement, before any row is read.
+CREATE OR REPLACE FUNCTION mycelium.room_known(p_room text) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  PERFORM mycelium.require_room(p_room);
+  RETURN true;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION mycelium.create_room(
   p_name text, p_title text DEFAULT NULL, p_description text DEFAULT NULL,
   p_is_public boolean DEFAULT true, p_owner text DEFAULT NULL, p_members text[] DEFAULT '{}',
@@ -44,18 +55,19 @@ CREATE OR REPLACE FUNCTION mycelium.create_room(
 ) RETURNS mycelium.rooms LANGUAGE plpgsql AS $$
 DECLARE
   problem text := mycelium.room_name_problem(p_name);
+  creator text := mycelium.author(p_created_by, 'created_by');
   r mycelium.rooms;
 BEGIN
   IF problem IS NOT NULL THEN
     PERFORM mycelium.refuse(422, 'invalid_room_name', problem, jsonb_build_object('name', p_name));
   END IF;
-  IF NOT coalesce(p_is_public, true) AND coalesce(p_owner, p_created_by) IS NULL THEN
+  IF NOT coalesce(p_is_public, true) AND coalesce(p_owner, creator) IS NULL THEN
     PERFORM mycelium.refuse(422, 'private_room_needs_owner', 'a private room needs an owner');
   END IF;
   INSERT INTO mycelium.rooms (name, title, description, is_public, owner, members, created_by)
   VALUES (p_name, p_title, p_description, coalesce(p_is_public, true),
-          CASE WHEN coalesce(p_is_public, true) THEN p_owner ELSE coalesce(p_owner, p_created_by) END,
-          coalesce(p_members, '{}'), p_created_by)
+          CASE WHEN coalesce(p_is_public, true) THEN p_owner ELSE coalesce(p_owner, creator) END,
+          coalesce(p_members, '{}'), creator)
   ON CONFLICT (name) DO NOTHING
   RETURNING * INTO r;
   IF r.name IS NULL THEN
@@ -67,10 +79,12 @@ END
 $$;
 
 -- PATCH semantics: only the keys present in p_patch change (title, description, is_public,
--- members, owner). Making a room private without an owner makes p_by its owner.
+-- members, owner). Making a room private without an owner makes its author (the actor, else p_by)
+-- its owner.
 CREATE OR REPLACE FUNCTION mycelium.update_room(p_name text, p_patch jsonb, p_by text DEFAULT NULL)
 RETURNS mycelium.rooms LANGUAGE plpgsql AS $$
 DECLARE
+  by_handle text := mycelium.author(p_by, 'by');
   r mycelium.rooms;
   unknown text[];
 BEGIN
@@ -92,10 +106,10 @@ BEGIN
     r.is_public := (p_patch->>'is_public')::boolean;
   END IF;
   IF NOT r.is_public AND r.owner IS NULL THEN
-    IF p_by IS NULL THEN
+    IF by_handle IS NULL THEN
       PERFORM mycelium.refuse(422, 'private_room_needs_owner', 'a private room needs an owner');
     END IF;
-    r.owner := p_by;
+    r.owner := by_handle;
   END IF;
   UPDATE mycelium.rooms SET title = r.title, description = r.description, is_public = r.is_public,
          owner = r.owner, members = r.members, updated_at = now()

@@ -109,7 +109,7 @@ BEGIN
   IF room <> '' AND (p_value IS NULL OR p_value = 'null'::jsonb) THEN
     PERFORM mycelium.require_room(room);
   END IF;
-  PERFORM mycelium.set_config(p_name, nullif(p_value, 'null'::jsonb), room, p_by);
+  PERFORM mycelium.set_config(p_name, nullif(p_value, 'null'::jsonb), room, mycelium.author(p_by));
   RETURN QUERY SELECT * FROM mycelium.settings_of(room) s WHERE s.name = p_name;
 END
 $$;

@@ -835,13 +835,15 @@ END
 $$;
 
 -- A human verified what happened. 'completed' settles the row with the given result; 'not_executed'
--- stamps it, and the next claim runs the body once. One-shot; written to the receipt chain.
+-- stamps it, and the next claim runs the body once. One-shot; written to the receipt chain. Who
+-- verified it is the declared actor, else p_by.
 CREATE OR REPLACE FUNCTION mycelium.release(
   p_request_id text, p_verified text, p_by text, p_reason text, p_result jsonb DEFAULT NULL,
   p_expected_fence bigint DEFAULT NULL
 ) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
 DECLARE
   marked text;
+  by_text text := mycelium.author(p_by, 'by');
   t mycelium.transitions;
   st text;
 BEGIN
@@ -849,7 +851,7 @@ BEGIN
     PERFORM mycelium.refuse(422, 'invalid_release',
       format('a release states what was verified: completed or not_executed, not %L', p_verified));
   END IF;
-  IF p_by IS NULL OR btrim(p_by) = '' OR p_reason IS NULL OR btrim(p_reason) = '' THEN
+  IF by_text IS NULL OR btrim(by_text) = '' OR p_reason IS NULL OR btrim(p_reason) = '' THEN
     PERFORM mycelium.refuse(422, 'release_unattributed', 'a release names who verified it (by) and why (reason)');
   END IF;
   SELECT * INTO t FROM mycelium.transitions WHERE request_id = p_request_id FOR UPDATE;
@@ -879,7 +881,7 @@ BEGIN
   END IF;
   marked := set_config('mycelium.transition_verb', 'release', true);
   UPDATE mycelium.transitions SET
-    operator_resolution = p_verified, resolved_by = p_by, resolution_reason = p_reason, resolved_at = now(),
+    operator_resolution = p_verified, resolved_by = by_text, resolution_reason = p_reason, resolved_at = now(),
     released_from_outcome = st,
     terminal_outcome = CASE WHEN p_verified = 'completed' THEN 'COMPLETED'
                             WHEN st = 'EXPIRED' THEN 'BLOCKED' ELSE terminal_outcome END,
@@ -896,6 +898,7 @@ $$;
 
 -- A worker is known dead: stamp its in-flight rows so an expired lease may be reclaimed where the
 -- caller requires death evidence. Refused while the worker's heartbeat is recent, unless overridden.
+-- Who asserts it is the declared actor, else p_by.
 CREATE OR REPLACE FUNCTION mycelium.mark_worker_dead(
   p_owner text, p_by text, p_reason text, p_override boolean DEFAULT false,
   p_presumed_dead_after double precision DEFAULT 60
@@ -903,8 +906,9 @@ CREATE OR REPLACE FUNCTION mycelium.mark_worker_dead(
 DECLARE
   marked text;
   alive text;
+  by_text text := mycelium.author(p_by, 'by');
 BEGIN
-  IF p_by IS NULL OR btrim(p_by) = '' OR p_reason IS NULL OR btrim(p_reason) = '' THEN
+  IF by_text IS NULL OR btrim(by_text) = '' OR p_reason IS NULL OR btrim(p_reason) = '' THEN
     PERFORM mycelium.refuse(422, 'unattributed', 'a death assertion names who makes it (by) and why (reason)');
   END IF;
   SELECT request_id INTO alive FROM mycelium.transitions
@@ -919,7 +923,7 @@ BEGIN
   marked := set_config('mycelium.transition_verb', 'mark_worker_dead', true);
   RETURN QUERY
     UPDATE mycelium.transitions SET
-      worker_dead_asserted_by = p_by, worker_dead_asserted_at = now(),
+      worker_dead_asserted_by = by_text, worker_dead_asserted_at = now(),
       resolution_reason = p_reason || CASE WHEN alive IS NOT NULL THEN ' (heartbeat overridden)' ELSE '' END
     WHERE owner = p_owner AND finished_at IS NULL AND terminal_outcome = 'IN_FLIGHT'
     RETURNING *;

@@ -1,25 +1,26 @@
 -- Links and skills: the routes call the same SQL functions a person calls from psql.
 
 -- name: memory_links_of
-SELECT mycelium.memory_links_of($1, $2)
+-- returns: value
+SELECT mycelium.memory_links_of(:room, :key)
 
 -- name: link_graph
+-- returns: value
 -- as JSON text: the route sends the database's document as it is
-SELECT mycelium.link_graph($1)::text
+SELECT mycelium.link_graph(:room)::text
 
 -- name: link_integrity
-SELECT mycelium.link_integrity($1)::text
+-- returns: value
+SELECT mycelium.link_integrity(:room)::text
 
 -- name: expand_memory
-SELECT mycelium.expand_memory($1, $2)
+-- returns: value
+SELECT mycelium.expand_memory(:room, :key)
 
 -- name: list_skills
--- a room's skills (memories skills/<name> with a well-formed name), newest-updated first
+-- a room's skills (memories skills/<name> with a well-formed name), newest-updated first; 404 without
+-- the room
 SELECT * FROM mycelium.memories
-WHERE room = $1 AND starts_with(key, 'skills/') AND key ~ '^skills/[a-z0-9][a-z0-9._-]*$'
+WHERE room = :room AND starts_with(key, 'skills/') AND key ~ '^skills/[a-z0-9][a-z0-9._-]*$'
+  AND mycelium.room_known(:room)
 ORDER BY updated_at DESC, key
-
--- name: delete_skill
--- $1 room, $2 key, $3 who; no row when there is no such skill
-SELECT (mycelium.delete_memory(m.room, m.key, $3)).key
-FROM mycelium.memories m WHERE m.room = $1 AND m.key = $2

@@ -1,24 +1,33 @@
+-- Receipts: the signer's batch, signing and keys (in the order the signer passes them), the export
+-- and the chain check.
+
 -- name: unsigned_receipts
-SELECT * FROM mycelium.unsigned_receipt_batch($1)
+SELECT * FROM mycelium.unsigned_receipt_batch(:batch)
 
 -- name: sign_receipts
-SELECT mycelium.sign_receipts($1, $2, $3)
+SELECT mycelium.sign_receipts(:key_id, :ids, :signatures)
 
 -- name: register_receipt_key
-SELECT * FROM mycelium.register_receipt_key($1, $2)
+-- returns: row
+SELECT * FROM mycelium.register_receipt_key(:key_id, :public_key)
 
 -- name: retire_receipt_keys
-SELECT * FROM mycelium.retire_receipt_keys($1)
+SELECT * FROM mycelium.retire_receipt_keys(:except_key_id)
 
 -- name: receipt_keys
 SELECT key_id, algorithm, public_key, created_at, retired_at FROM mycelium.receipt_keys ORDER BY created_at
 
 -- name: export_receipts
--- $1 since (recorded at or after; NULL: all), $2 agent (NULL: all), $3 after this id, $4 limit
+-- recorded at or after since (NULL: all), of one agent (NULL: all), after this id, at most limit
 SELECT * FROM mycelium.receipt_export
-WHERE ($1::timestamptz IS NULL OR recorded_at_ts >= $1) AND ($2::text IS NULL OR agent_id = $2) AND id > $3
+WHERE (:since::timestamptz IS NULL OR recorded_at_ts >= :since) AND (:agent::text IS NULL OR agent_id = :agent)
+  AND id > :after
 ORDER BY id
-LIMIT $4
+LIMIT :limit
 
 -- name: verify_receipt_chain
-SELECT * FROM mycelium.verify_receipt_chain($1)
+SELECT * FROM mycelium.verify_receipt_chain(:agent)
+
+-- name: rotate_receipt_key
+-- register a new key and retire every other one (their signatures stay valid), in one statement
+SELECT * FROM mycelium.retire_receipt_keys((mycelium.register_receipt_key(:key_id, :public_key)).key_id)

@@ -1,22 +1,34 @@
+-- Rooms. The writes declare their actor (mycelium.acting around the verb's first argument: see
+-- service/mycelium/verbs); the author of a write is taken from it.
+
 -- name: create_room
-SELECT * FROM mycelium.create_room($1, $2, $3, $4, $5, $6, $7)
+-- returns: row
+SELECT * FROM mycelium.create_room(mycelium.acting(:name, :actor, :actor_kind), :title, :description,
+                                   :is_public, :owner, :members, :created_by)
 
 -- name: update_room
-SELECT * FROM mycelium.update_room($1, $2, $3)
+-- returns: row
+SELECT * FROM mycelium.update_room(mycelium.acting(:room, :actor, :actor_kind), :patch, :by)
 
 -- name: delete_room
-SELECT mycelium.delete_room($1)
+-- returns: row
+-- (the room's own change hint comes back with it)
+SELECT current_setting('mycelium.wake_hints', true) AS wake_hints
+FROM (SELECT mycelium.delete_room(mycelium.acting(:room, :actor, :actor_kind, :defer_wakes)) OFFSET 0) AS deleted
 
 -- name: get_room
-SELECT * FROM mycelium.rooms WHERE name = $1
+-- returns: row
+SELECT * FROM mycelium.rooms WHERE name = :room
 
 -- name: list_rooms
--- $1 viewer (NULL: anonymous), $2 name filter (substring), $3 offset, $4 limit
+-- the public rooms, and the private ones the actor owns or belongs to; a substring filter on names
 SELECT * FROM mycelium.rooms
-WHERE (is_public OR ($1::text IS NOT NULL AND (owner = $1 OR $1 = ANY (members))))
-  AND ($2::text IS NULL OR strpos(name, $2) > 0)
+WHERE (is_public OR (:actor::text IS NOT NULL AND (owner = :actor OR :actor = ANY (members))))
+  AND (:name::text IS NULL OR strpos(name, :name) > 0)
 ORDER BY name
-OFFSET $3 LIMIT $4
+OFFSET :skip LIMIT :limit
 
--- name: room_exists
-SELECT EXISTS (SELECT 1 FROM mycelium.rooms WHERE name = $1)
+-- name: room_known
+-- returns: value
+-- true, else 404 room_not_found
+SELECT mycelium.room_known(:room)

@@ -1,7 +1,10 @@
+-- Hub and room settings ('' = hub-wide).
+
 -- name: settings_of
--- $1 room ('' = hub-wide)
-SELECT * FROM mycelium.settings_of($1)
+-- 404 for a room that does not exist
+SELECT * FROM mycelium.settings_of(:room) WHERE :room = '' OR mycelium.room_known(:room)
 
 -- name: write_setting
--- $1 name, $2 value (jsonb; NULL clears), $3 room ('' = hub-wide), $4 by
-SELECT * FROM mycelium.write_setting($1, $2, $3, $4)
+-- returns: row
+-- a value (jsonb; NULL clears) for a room ('' = hub-wide); the setting as it now applies there
+SELECT * FROM mycelium.write_setting(:name, :value, mycelium.acting(:room, :actor, :actor_kind), :handle)

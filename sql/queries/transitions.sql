@@ -1,9 +1,18 @@
+-- Transitions: the ledger's verbs, called by the SDK's store (in these parameter orders) and by the
+-- HTTP routes through the gateway. Only the operators' verbs (release, worker death) declare an
+-- actor: the others are fenced by their owner, the worker that holds the lease.
+
 -- name: claim_transition
+-- returns: row
 -- the verb is called in the select list of a subquery kept apart by OFFSET 0, so it runs once and
 -- its row is taken apart without a function scan (which would copy it through a tuple store)
 SELECT (c).gate, (c).action, (c).repaired, ((c).transition).*
-FROM (SELECT mycelium.claim_transition($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                                       $17, $18, $19, $20, $21, $22, $23) AS c
+FROM (SELECT mycelium.claim_transition(:request_id, :transition_key, :tool, :owner, :side_effect_class,
+                                       :agent_id, :policy_version, :lease_ttl, :spendability,
+                                       :retry_permission, :capability, :kind, :scope, :dispatch_id,
+                                       :args_hash, :idempotency_key, :key_param, :key_ttl,
+                                       :incoming_key, :has_reconciler, :reconciled, :defer_read_unknown,
+                                       :presumed_dead_after) AS c
       OFFSET 0) AS claimed
 
 -- name: claim_transition_lean
@@ -14,61 +23,78 @@ SELECT (c).gate, (c).action, (c).repaired, ((c).transition).fence,
             THEN to_jsonb((c).transition)
                  || jsonb_build_object('provider_key_ttl', extract(epoch FROM ((c).transition).provider_key_ttl))
        END AS transition
-FROM (SELECT mycelium.claim_transition($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                                       $17, $18, $19, $20, $21, $22, $23) AS c
+FROM (SELECT mycelium.claim_transition(:request_id, :transition_key, :tool, :owner, :side_effect_class,
+                                       :agent_id, :policy_version, :lease_ttl, :spendability,
+                                       :retry_permission, :capability, :kind, :scope, :dispatch_id,
+                                       :args_hash, :idempotency_key, :key_param, :key_ttl,
+                                       :incoming_key, :has_reconciler, :reconciled, :defer_read_unknown,
+                                       :presumed_dead_after) AS c
       OFFSET 0) AS claimed
 
 -- name: renew_lease
-SELECT * FROM mycelium.renew_lease($1, $2, $3, $4)
+-- returns: row
+SELECT * FROM mycelium.renew_lease(:request_id, :owner, :fence, :lease_ttl)
 
 -- name: advance_boundary
-SELECT * FROM mycelium.advance_boundary($1, $2, $3, $4)
+-- returns: row
+SELECT * FROM mycelium.advance_boundary(:request_id, :owner, :fence, :boundary)
 
 -- name: record_external_operation
-SELECT * FROM mycelium.record_external_operation($1, $2, $3, $4)
+-- returns: row
+SELECT * FROM mycelium.record_external_operation(:request_id, :owner, :fence, :ref)
 
 -- name: complete_transition
-SELECT * FROM mycelium.complete($1, $2, $3, $4)
+-- returns: row
+SELECT * FROM mycelium.complete(:request_id, :owner, :fence, :result)
 
 -- name: complete_transition_ack
 -- the SDK's hot path: the same verb, without sending the row back (one field of the call's result:
 -- no function scan)
-SELECT (mycelium.complete($1, $2, $3, $4::text::jsonb, $4::text)).request_id
+SELECT (mycelium.complete(:request_id, :owner, :fence, :result::text::jsonb, :result::text)).request_id
 
 -- name: fail_transition
-SELECT * FROM mycelium.fail($1, $2, $3, $4, $5)
+-- returns: row
+SELECT * FROM mycelium.fail(:request_id, :owner, :fence, :error, :after_effect)
 
 -- name: mark_unknown
-SELECT * FROM mycelium.mark_unknown($1, $2, $3, $4)
+-- returns: row
+SELECT * FROM mycelium.mark_unknown(:request_id, :owner, :fence, :error)
 
 -- name: mark_blocked
-SELECT * FROM mycelium.mark_blocked($1, $2, $3, $4)
+-- returns: row
+SELECT * FROM mycelium.mark_blocked(:request_id, :owner, :fence, :error)
 
 -- name: repair_transition
-SELECT * FROM mycelium.repair($1, $2, $3)
+-- returns: row
+SELECT * FROM mycelium.repair(:request_id, :owner, :fence)
 
 -- name: apply_reconcile_result
-SELECT * FROM mycelium.apply_reconcile_result($1, $2, $3, $4, $5)
+-- returns: row
+SELECT * FROM mycelium.apply_reconcile_result(:request_id, :fence, :status, :result, :by)
 
 -- name: release_transition
-SELECT * FROM mycelium.release($1, $2, $3, $4, $5, $6)
+-- returns: row
+SELECT * FROM mycelium.release(mycelium.acting(:request_id, :actor, :actor_kind), :verified, :by, :reason, :result,
+                               :expected_fence)
 
 -- name: mark_worker_dead
-SELECT * FROM mycelium.mark_worker_dead($1, $2, $3, $4, $5)
+SELECT * FROM mycelium.mark_worker_dead(mycelium.acting(:owner, :actor, :actor_kind), :by, :reason, :override,
+                                        :presumed_dead_after)
 
 -- name: get_transition
-SELECT * FROM mycelium.transitions WHERE request_id = $1
+-- returns: row
+SELECT * FROM mycelium.transitions WHERE request_id = :request_id
 
 -- name: list_transitions
--- $1 stuck: in flight for at least this many seconds (NULL: any); $2 agent; $3 outcome (EXPIRED is
--- derived: IN_FLIGHT past its lease); $4 tool; $5 limit
+-- stuck: in flight for at least this many seconds (NULL: any); agent; outcome (EXPIRED is derived:
+-- IN_FLIGHT past its lease); tool; at most limit
 SELECT * FROM mycelium.transitions t
-WHERE ($1::double precision IS NULL
-       OR (t.finished_at IS NULL AND t.started_at <= now() - make_interval(secs => $1)))
-  AND ($2::text IS NULL OR t.agent_id = $2)
-  AND ($3::text IS NULL
-       OR ($3 = 'EXPIRED' AND t.terminal_outcome = 'IN_FLIGHT' AND t.lease_until <= now())
-       OR t.terminal_outcome = $3)
-  AND ($4::text IS NULL OR t.tool = $4)
+WHERE (:stuck::double precision IS NULL
+       OR (t.finished_at IS NULL AND t.started_at <= now() - make_interval(secs => :stuck)))
+  AND (:agent::text IS NULL OR t.agent_id = :agent)
+  AND (:outcome::text IS NULL
+       OR (:outcome = 'EXPIRED' AND t.terminal_outcome = 'IN_FLIGHT' AND t.lease_until <= now())
+       OR t.terminal_outcome = :outcome)
+  AND (:tool::text IS NULL OR t.tool = :tool)
 ORDER BY t.created_at DESC
-LIMIT $5
+LIMIT :limit

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mycelium.api.assignments import DEFAULT_TTL_MINUTES
 from mycelium.board.watch import MAX_WAIT_S
 from mycelium.cli.board import FILTERS
+from mycelium.verbs.board import DEFAULT_TTL_MINUTES
 
 CONTRACT = json.loads((Path(__file__).resolve().parents[2] / "contracts" / "board-vocabulary.json").read_text())
 

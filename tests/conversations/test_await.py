@@ -185,7 +185,9 @@ async def test_an_inbox_cursor_only_moves_forward(client, task, admin_conn):
 async def test_a_reply_answers_the_message_that_woke_it_where_it_was_asked(client, task, admin_conn):
     await admin_conn.execute("SELECT holder FROM mycelium.hold_floor('atlas', $1, 'conductor', ARRAY['api'])",
                              task.episode)
-    tick = await send(admin_conn, "@api your estimate?", sender="conductor", episode=task.episode)
+    async with admin_conn.transaction():  # the conductor engine, declared as the actor
+        await admin_conn.execute("SELECT mycelium.acting(NULL, 'conductor', 'engine')")
+        tick = await send(admin_conn, "@api your estimate?", sender="conductor", episode=task.episode)
     assert (await await_(client, "api"))["message"]["id"] == str(tick)
     r = await client.post("/api/rooms/atlas/reply", json={
         "handle": "api", "episode": task.episode,

@@ -35,9 +35,9 @@ async def test_agents_on_two_replicas_take_turns_as_the_floor_says(hub_process, 
             for agent, other in (("ana", "ben"), ("ben", "ana")):
                 waiting = asyncio.create_task(turn(agent))
                 await hold(agent)
-                await admin_conn.execute(
-                    "SELECT id FROM mycelium.post_message('atlas', 'conductor', $1, $2)",
-                    f"@{agent} round {round_no}: your move", task.episode)
+                await admin_conn.execute(  # the conductor engine, declared as the actor
+                    "SELECT id FROM mycelium.post_message(mycelium.acting('atlas', 'conductor', 'engine'),"
+                    " 'conductor', $1, $2)", f"@{agent} round {round_no}: your move", task.episode)
                 asked = await asyncio.wait_for(waiting, 15)
                 assert asked["content"] == f"@{agent} round {round_no}: your move"
                 # out of turn: refused on either replica, and through psql

@@ -13,7 +13,28 @@ import pytest
 from mycelium.conversations.inbox import await_next
 from mycelium.conversations.wakes import waiters_of
 from mycelium.db.listener import Listener
-from mycelium.db.queries import q
+from mycelium.db.queries import query
+from mycelium.errors import Refusal
+from mycelium.verbs import Actor
+from mycelium.verbs.gateway import bind, run
+
+
+async def hub_call(conn: asyncpg.Connection, verb: str, actor: Actor, **params: object) -> asyncpg.Record:
+    """The verb's statement exactly as a hub with a listener runs it (hints kept), on ``conn``."""
+    q = query(verb)
+    row: asyncpg.Record = await run(conn, q, bind(q, actor, True, params))
+    return row
+
+
+def post(conn: asyncpg.Connection, content: str, recipients: list[str]):
+    return hub_call(conn, "post_message", Actor("julia"), room="atlas", sender="julia", content=content,
+                    episode=None, recipients=recipients, kind="exchange", subkind=None, payload_type="message",
+                    payload={}, parents=[], sender_role="agent")
+
+
+def claim(conn: asyncpg.Connection, handle: str):
+    return hub_call(conn, "claim_task", Actor(handle), room="atlas", key="work/add-apple-pay", handle=handle,
+                    ttl_minutes=30, force=False)
 
 
 @pytest.fixture
@@ -36,8 +57,7 @@ async def settle(conn: asyncpg.Connection) -> None:
 
 
 async def test_a_hub_verb_notifies_nobody_itself_and_returns_the_hints_of_its_commit(task, admin_conn, overheard):
-    row = await admin_conn.fetchrow(q("post_message"), "atlas", "julia", "over to you @bob", None, ["carl"],
-                                    "exchange", None, "message", {}, [], "agent")
+    row = await post(admin_conn, "over to you @bob", ["carl"])
     await settle(admin_conn)
     assert overheard == []
     assert row["wake_hints"].split("\n") == [
@@ -52,7 +72,7 @@ async def test_a_hub_verb_notifies_nobody_itself_and_returns_the_hints_of_its_co
 
 
 async def test_a_claim_through_the_hub_query_returns_its_board_and_timeline_hints(task, admin_conn, overheard):
-    row = await admin_conn.fetchrow(q("claim"), "atlas", "work/add-apple-pay", "julia", 30, False)
+    row = await claim(admin_conn, "julia")
     head = await admin_conn.fetchval("SELECT last FROM mycelium.message_positions WHERE room = 'atlas'")
     await settle(admin_conn)
     assert overheard == []
@@ -63,10 +83,10 @@ async def test_a_claim_through_the_hub_query_returns_its_board_and_timeline_hint
 
 
 async def test_a_refused_hub_verb_leaves_no_hint_behind(task, admin_conn, overheard):
-    await admin_conn.fetchrow(q("claim"), "atlas", "work/add-apple-pay", "julia", 30, False)
-    with pytest.raises(asyncpg.PostgresError) as err:
-        await admin_conn.fetchrow(q("claim"), "atlas", "work/add-apple-pay", "bob", 30, False)
-    assert err.value.sqlstate == "MY409"
+    await claim(admin_conn, "julia")
+    with pytest.raises(Refusal) as err:
+        await claim(admin_conn, "bob")
+    assert err.value.status == 409
     assert await admin_conn.fetchval("SELECT current_setting('mycelium.wake_hints', true)") in (None, "")
     assert await admin_conn.fetchval("SELECT current_setting('mycelium.defer_wake', true)") in (None, "")
 
@@ -127,8 +147,7 @@ async def test_an_await_after_a_delivery_still_gets_what_came_with_a_lost_hint_o
     assert first["content"] == "one" and first["inbox_state"].startswith("false ")
     # a write whose hints were kept and never sent (a replica that died right after its commit):
     # nothing tells this process, yet the await must not lose the message
-    await admin_conn.fetchrow(q("post_message"), "atlas", "julia", "two", None, ["bob"], "exchange", None,
-                              "message", {}, [], "agent")
+    await post(admin_conn, "two", ["bob"])
     second = await await_next(hub, "atlas", "bob", timeout=1)
     assert second is not None and second["content"] == "two"
     # a plain write from psql: its NOTIFY may still be on its way when the next await starts

@@ -57,10 +57,20 @@ def migrate_with_release(tree: Path, dsn: str, target: str = "head") -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+def _catalogue_query() -> str:
+    """This release's mycelium.schema_catalogue() as a function of the session (pg_temp), so a
+    database whose own copy is older (a downgraded one) is described the same way."""
+    text = (REPO_ROOT / "sql" / "catalogue.sql").read_text()
+    start = text.index("CREATE OR REPLACE FUNCTION mycelium.schema_catalogue()")
+    end = text.index("$$;", start) + 3
+    return text[start:end].replace("mycelium.schema_catalogue()", "pg_temp.schema_catalogue()", 1)
+
+
 async def catalogue(dsn: str) -> set[tuple[str, str, str]]:
     conn = await asyncpg.connect(dsn)
     try:
-        return {tuple(r) for r in await conn.fetch("SELECT kind, name, definition FROM mycelium.schema_catalogue()")}
+        await conn.execute(_catalogue_query())
+        return {tuple(r) for r in await conn.fetch("SELECT kind, name, definition FROM pg_temp.schema_catalogue()")}
     finally:
         await conn.close()
 

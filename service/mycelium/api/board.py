@@ -7,85 +7,65 @@ database's triggers, so the same verb typed in psql raises the same notice. The 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from litestar import Controller, get, post, put
 from litestar.params import FromPath, JSONBody
-from pydantic import BaseModel, ConfigDict, Field
 
-from mycelium.api.deps import HubDep
-from mycelium.api.rooms import require_room
-from mycelium.api.tasks import BoardRow, board_row
-from mycelium.db.hinted import write_row
-from mycelium.db.queries import q
+from mycelium.api.deps import VERBS, VerbsDep
 from mycelium.errors import Refusal
-from mycelium.hub import Hub
+from mycelium.verbs import NOBODY, Actor, Verbs
+from mycelium.verbs.board import (
+    BoardRow,
+    BoardVerb,
+    GateBody,
+    GateRead,
+    VerbBody,
+    board_row,
+    board_verb_params,
+    gate_read,
+)
 
-
-class VerbBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    key: str = Field(min_length=1, max_length=512)
-    handle: str = Field(min_length=1, max_length=200)
-    on: str | None = Field(default=None, max_length=500)
-    url: str | None = Field(default=None, max_length=2000)
-
-
-class GateBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    enabled: bool | None
-    handle: str | None = Field(default=None, max_length=200)
-
-
-class GateRead(BaseModel):
-    room: str
-    dependency_gate: bool
-    room_setting: bool | None
-    hub_setting: bool | None
-
-
-async def gate_read(hub: Hub, room: str) -> GateRead:
-    row = await hub.db.fetchrow(q("dependency_gate"), room)
-    return GateRead(room=room, dependency_gate=row["dependency_gate"], room_setting=row["room_setting"],
-                    hub_setting=row["hub_setting"])
+VERB_NAMES: tuple[BoardVerb, ...] = get_args(BoardVerb)
 
 
 class BoardController(Controller):
     path = "/api/rooms/{room:str}/board"
+    dependencies = VERBS
 
     @post("/{verb:str}", status_code=200)
-    async def verb(self, hub: HubDep, room: FromPath[str], verb: FromPath[str],
+    async def verb(self, verbs: VerbsDep, room: FromPath[str], verb: FromPath[str],
                    data: JSONBody[VerbBody]) -> BoardRow:
-        key = data.key.lstrip("/")
-        if verb == "block":
-            await write_row(hub, q("block_row"), room, key, data.handle, data.on)
-        elif verb == "unblock":
-            await write_row(hub, q("unblock_row"), room, key, data.handle)
-        elif verb == "dismiss":
-            await write_row(hub, q("dismiss_row"), room, key, data.handle)
-        elif verb == "promote":
-            await write_row(hub, q("promote_row"), room, key, data.handle, data.url)
-        else:
+        if verb not in VERB_NAMES:
             raise Refusal(404, "unknown_verb",
-                          f"the board has no verb '{verb}' (block, unblock, dismiss, promote)",
-                          {"verb": verb})
-        return board_row(await hub.db.fetchrow(q("board_row"), room, key))
+                          f"the board has no verb '{verb}' ({', '.join(VERB_NAMES)})", {"verb": verb})
+        params = board_verb_params(verb, data)  # type: ignore[arg-type]
+        await verbs.call(Actor.declared(data.handle), f"{verb}_row", room=room, **params)
+        return board_row(await verbs.call(NOBODY, "board_row", room=room, ref=params["key"]))
 
     @get("/gate")
-    async def gate(self, hub: HubDep, room: FromPath[str]) -> GateRead:
-        await require_room(hub, room)
-        return await gate_read(hub, room)
+    async def gate(self, verbs: VerbsDep, room: FromPath[str]) -> GateRead:
+        return await _gate(verbs, room)
 
     @put("/gate")
-    async def set_gate(self, hub: HubDep, room: FromPath[str], data: JSONBody[GateBody]) -> GateRead:
-        await hub.db.fetchval(q("set_dependency_gate"), data.enabled, room, data.handle)
-        return await gate_read(hub, room)
+    async def set_gate(self, verbs: VerbsDep, room: FromPath[str], data: JSONBody[GateBody]) -> GateRead:
+        return await _set_gate(verbs, room, data)
 
 
-@put("/api/board/gate")
-async def set_hub_gate(hub: HubDep, data: JSONBody[GateBody]) -> GateRead:
+@put("/api/board/gate", dependencies=VERBS)
+async def set_hub_gate(verbs: VerbsDep, data: JSONBody[GateBody]) -> GateRead:
     """The hub-wide gate (rooms without their own setting follow it)."""
-    await hub.db.fetchval(q("set_dependency_gate"), data.enabled, "", data.handle)
-    return await gate_read(hub, "")
+    return await _set_gate(verbs, "", data)
+
+
+async def _gate(verbs: Verbs, room: str) -> GateRead:
+    return gate_read(room, await verbs.call(NOBODY, "dependency_gate", room=room))
+
+
+async def _set_gate(verbs: Verbs, room: str, data: GateBody) -> GateRead:
+    await verbs.call(Actor.declared(data.handle), "write_dependency_gate", enabled=data.enabled, room=room,
+                     handle=data.handle)
+    return await _gate(verbs, room)
 
 
 ROUTES: list[Any] = [BoardController, set_hub_gate]

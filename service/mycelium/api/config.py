@@ -7,92 +7,60 @@ the same value. A room's own value overrides the hub-wide one; clearing it falls
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from litestar import Controller, delete, get, put
 from litestar.params import FromPath, FromQuery, JSONBody
-from pydantic import BaseModel, ConfigDict, Field
 
-from mycelium.api.deps import HubDep
-from mycelium.api.rooms import require_room
-from mycelium.db.queries import q
-from mycelium.hub import Hub
+from mycelium.api.deps import VERBS, VerbsDep
+from mycelium.verbs import NOBODY, Actor, Verbs
+from mycelium.verbs.settings import SettingBody, SettingRead, SettingsRead, setting_read, settings_read
 
 
-class SettingBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    value: Any = Field(description="the new value; null clears it")
-    handle: str | None = Field(default=None, max_length=200)
+async def _write(verbs: Verbs, name: str, value: Any, room: str, by: str | None) -> SettingRead:
+    row = await verbs.call(Actor.declared(by), "write_setting", name=name, value=value, room=room, handle=by)
+    return setting_read(row)
 
 
-class SettingRead(BaseModel):
-    name: str
-    value: Any
-    source: str = Field(description="where the value in force comes from: room, hub or default")
-    hub_value: Any = None
-    room_value: Any = None
-    value_type: str
-    default_value: Any
-    min_value: float | None = None
-    max_value: float | None = None
-    description: str
-    updated_by: str | None = None
-    updated_at: datetime | None = None
-
-
-class SettingsRead(BaseModel):
-    room: str | None = Field(description="the room these apply to; null for the hub-wide values")
-    settings: list[SettingRead]
-
-
-def _read(row: Any) -> SettingRead:
-    return SettingRead(**row)
-
-
-async def _write(hub: Hub, name: str, value: Any, room: str, by: str | None) -> SettingRead:
-    rows = await hub.db.fetch(q("write_setting"), name, value, room, by)
-    return _read(rows[0])
-
-
-async def _all(hub: Hub, room: str) -> SettingsRead:
-    rows = await hub.db.fetch(q("settings_of"), room)
-    return SettingsRead(room=room or None, settings=[_read(r) for r in rows])
+async def _all(verbs: Verbs, room: str) -> SettingsRead:
+    return settings_read(room, await verbs.call(NOBODY, "settings_of", room=room))
 
 
 class HubSettingsController(Controller):
     path = "/api/config"
+    dependencies = VERBS
 
     @get("/")
-    async def read_all(self, hub: HubDep) -> SettingsRead:
-        return await _all(hub, "")
+    async def read_all(self, verbs: VerbsDep) -> SettingsRead:
+        return await _all(verbs, "")
 
     @put("/{name:str}")
-    async def write(self, hub: HubDep, name: FromPath[str], data: JSONBody[SettingBody]) -> SettingRead:
-        return await _write(hub, name, data.value, "", data.handle)
+    async def write(self, verbs: VerbsDep, name: FromPath[str], data: JSONBody[SettingBody]) -> SettingRead:
+        return await _write(verbs, name, data.value, "", data.handle)
 
     @delete("/{name:str}", status_code=200)
-    async def clear(self, hub: HubDep, name: FromPath[str], by: FromQuery[str | None] = None) -> SettingRead:
-        return await _write(hub, name, None, "", by)
+    async def clear(self, verbs: VerbsDep, name: FromPath[str], by: FromQuery[str | None] = None
+                    ) -> SettingRead:
+        return await _write(verbs, name, None, "", by)
 
 
 class RoomSettingsController(Controller):
     path = "/api/rooms/{room:str}/config"
+    dependencies = VERBS
 
     @get("/")
-    async def read_all(self, hub: HubDep, room: FromPath[str]) -> SettingsRead:
-        await require_room(hub, room)
-        return await _all(hub, room)
+    async def read_all(self, verbs: VerbsDep, room: FromPath[str]) -> SettingsRead:
+        return await _all(verbs, room)
 
     @put("/{name:str}")
-    async def write(self, hub: HubDep, room: FromPath[str], name: FromPath[str],
+    async def write(self, verbs: VerbsDep, room: FromPath[str], name: FromPath[str],
                     data: JSONBody[SettingBody]) -> SettingRead:
-        return await _write(hub, name, data.value, room, data.handle)
+        return await _write(verbs, name, data.value, room, data.handle)
 
     @delete("/{name:str}", status_code=200)
-    async def clear(self, hub: HubDep, room: FromPath[str], name: FromPath[str],
+    async def clear(self, verbs: VerbsDep, room: FromPath[str], name: FromPath[str],
                     by: FromQuery[str | None] = None) -> SettingRead:
-        return await _write(hub, name, None, room, by)
+        return await _write(verbs, name, None, room, by)
 
 
 ROUTES: list[Any] = [HubSettingsController, RoomSettingsController]

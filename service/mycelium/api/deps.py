@@ -1,7 +1,10 @@
 """Shared dependencies and parameter markers for route modules.
 
 Routes declare every input explicitly (Litestar's inferred styles are deprecated):
-``hub: HubDep``, ``room: FromPath[str]``, ``data: JSONBody[Model]``, ``limit: Query(…)``.
+``verbs: VerbsDep``, ``room: FromPath[str]``, ``data: JSONBody[Model]``, ``limit: Query(…)``. A route
+reaches the database only through the verb gateway (``verbs``); a controller or route that uses it
+declares ``dependencies=VERBS``. ``hub`` is there for what is not the database (the embedder, the
+settings).
 """
 
 from __future__ import annotations
@@ -9,12 +12,14 @@ from __future__ import annotations
 from typing import Annotated, Any, TypeAlias
 
 from litestar.datastructures import State
-from litestar.di import NamedDependency
+from litestar.di import NamedDependency, Provide
 from litestar.params import QueryParameter
 
 from mycelium.hub import Hub
+from mycelium.verbs import Verbs, verbs_of
 
 HubDep: TypeAlias = NamedDependency[Hub]
+VerbsDep: TypeAlias = NamedDependency[Verbs]
 
 
 def Query(**constraints: Any) -> Any:
@@ -27,4 +32,10 @@ async def provide_hub(state: State) -> Hub:
     return hub
 
 
-__all__ = ["Annotated", "HubDep", "Query", "provide_hub"]
+async def provide_verbs(state: State) -> Verbs:
+    return verbs_of(state.hub)
+
+
+VERBS: dict[str, Provide] = {"verbs": Provide(provide_verbs)}
+
+__all__ = ["VERBS", "Annotated", "HubDep", "Query", "VerbsDep", "provide_hub", "provide_verbs"]

@@ -11,82 +11,13 @@ from typing import Any
 
 from litestar import Controller, MediaType, Response, get
 from litestar.params import FromPath
-from pydantic import BaseModel
 
-from mycelium.api.deps import Annotated, HubDep, Query
-from mycelium.db.queries import q
+from mycelium.api.deps import VERBS, Annotated, Query, VerbsDep
 from mycelium.errors import Refusal
+from mycelium.verbs import NOBODY
+from mycelium.verbs.links import ExpandedMemory, LinkGraph, LinkIntegrity, MemoryLinks
 
 KeyQuery = Annotated[str, Query(min_length=1, max_length=512)]
-
-
-class LinkRead(BaseModel):
-    """One link as it resolves now; ``source`` is set on backlinks and in integrity reports."""
-
-    target: str
-    kind: str
-    anchor: str | None
-    label: str | None
-    relation: str | None
-    raw: str
-    cross_room: str | None
-    resolved: bool
-    error: str | None
-    source: str | None = None
-
-
-class MemoryLinks(BaseModel):
-    key: str
-    found: bool
-    outbound: list[LinkRead]
-    backlinks: list[LinkRead]
-
-
-class GraphNode(BaseModel):
-    key: str
-    expandable: bool
-    outbound: int
-    inbound: int
-
-
-class GraphEdge(BaseModel):
-    source: str
-    target: str
-    kind: str
-    anchor: str | None
-    relation: str | None
-    cross_room: str | None
-    resolved: bool
-    error: str | None
-
-
-class LinkGraph(BaseModel):
-    nodes: list[GraphNode]
-    edges: list[GraphEdge]
-
-
-class LinkIntegrity(BaseModel):
-    broken: list[LinkRead]
-    orphans: list[str]
-    roots: list[str]
-    leaves: list[str]
-    total_memories: int
-    total_links: int
-
-
-class Expansion(BaseModel):
-    target: str
-    anchor: str | None
-    raw: str
-    expanded: bool
-    error: str | None
-
-
-class ExpandedMemory(BaseModel):
-    key: str
-    rendered: str
-    expansions: list[Expansion]
-    found: bool
 
 
 def _json(document: str) -> Response[Any]:
@@ -95,26 +26,28 @@ def _json(document: str) -> Response[Any]:
 
 class LinksController(Controller):
     path = "/api/rooms/{room:str}/links"
+    dependencies = VERBS
 
     @get("/")
-    async def links_of(self, hub: HubDep, room: FromPath[str], key: KeyQuery) -> MemoryLinks:
+    async def links_of(self, verbs: VerbsDep, room: FromPath[str], key: KeyQuery) -> MemoryLinks:
         """What ``key`` links to, and which memories of the room link to it."""
-        return MemoryLinks.model_validate(await hub.db.fetchval(q("memory_links_of"), room, key.lstrip("/")))
+        found = await verbs.call(NOBODY, "memory_links_of", room=room, key=key.lstrip("/"))
+        return MemoryLinks.model_validate(found)
 
     @get("/graph")
-    async def graph(self, hub: HubDep, room: FromPath[str]) -> Response[LinkGraph]:
+    async def graph(self, verbs: VerbsDep, room: FromPath[str]) -> Response[LinkGraph]:
         """The whole room's graph; the database builds the document and it is sent as it is."""
-        return _json(await hub.db.fetchval(q("link_graph"), room))
+        return _json(await verbs.call(NOBODY, "link_graph", room=room))
 
     @get("/integrity")
-    async def integrity(self, hub: HubDep, room: FromPath[str]) -> Response[LinkIntegrity]:
-        return _json(await hub.db.fetchval(q("link_integrity"), room))
+    async def integrity(self, verbs: VerbsDep, room: FromPath[str]) -> Response[LinkIntegrity]:
+        return _json(await verbs.call(NOBODY, "link_integrity", room=room))
 
     @get("/expand")
-    async def expand(self, hub: HubDep, room: FromPath[str], key: KeyQuery) -> ExpandedMemory:
+    async def expand(self, verbs: VerbsDep, room: FromPath[str], key: KeyQuery) -> ExpandedMemory:
         """The body with its ``![[…]]`` markers expanded; failures stay verbatim and are reported."""
         key = key.lstrip("/")
-        result = ExpandedMemory.model_validate(await hub.db.fetchval(q("expand_memory"), room, key))
+        result = ExpandedMemory.model_validate(await verbs.call(NOBODY, "expand_memory", room=room, key=key))
         if not result.found:
             raise Refusal(404, "memory_not_found", f"no memory '{key}' in room '{room}'",
                           {"room": room, "key": key})

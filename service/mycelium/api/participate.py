@@ -14,22 +14,13 @@ from typing import Any
 from litestar import Request, post
 from litestar import get as get_route
 from litestar.params import FromPath, FromQuery, JSONBody
-from pydantic import BaseModel, ConfigDict, Field
 
-from mycelium.api.deps import Annotated, HubDep, Query
-from mycelium.api.messages import message_read, refuse_reserved
+from mycelium.api.deps import VERBS, Annotated, HubDep, Query, VerbsDep
 from mycelium.conversations.inbox import MAX_WAIT_SECONDS, await_next
 from mycelium.core import markers
 from mycelium.core.envelope import topic_urn
-from mycelium.db.hinted import write_row
-from mycelium.db.queries import q
-
-
-class ReplyBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    handle: str = Field(min_length=1, max_length=200)
-    text: str = Field(min_length=1, max_length=100_000)
-    episode: str | None = Field(default=None, max_length=500)
+from mycelium.verbs import Actor
+from mycelium.verbs.messages import ReplyBody, message_read, reply_read
 
 
 async def _disconnected(request: Request[Any, Any, Any]) -> None:
@@ -62,14 +53,13 @@ async def await_message(
     }
 
 
-@post("/api/rooms/{room:str}/reply", status_code=201)
-async def reply(hub: HubDep, room: FromPath[str], data: JSONBody[ReplyBody]) -> dict[str, Any]:
+@post("/api/rooms/{room:str}/reply", status_code=201, dependencies=VERBS)
+async def reply(verbs: VerbsDep, room: FromPath[str], data: JSONBody[ReplyBody]) -> dict[str, Any]:
     """Record ``handle``'s answer; it lands in ``episode`` (or the room), never implicitly elsewhere."""
-    refuse_reserved(data.handle, "handle")
     lifted, prose = markers.lift_reply(data.text)
-    row = await write_row(hub, q("reply"), room, data.handle, prose, lifted, data.episode)
-    return {"room": room, "handle": row["sender"], "message_id": str(row["id"]), "position": row["position"],
-            "episode": row["episode"], "parents": [str(p) for p in row["parents"]]}
+    row = await verbs.call(Actor.declared(data.handle), "reply", room=room, handle=data.handle, text=prose,
+                           data=lifted, episode=data.episode)
+    return reply_read(room, row)
 
 
 ROUTES = [await_message, reply]

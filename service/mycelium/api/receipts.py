@@ -2,30 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Any
 
 from litestar import Controller, get, post
 from litestar.params import FromQuery
 
-from mycelium.api.deps import Annotated, HubDep, Query
-from mycelium.db.queries import q
+from mycelium.api.deps import VERBS, Annotated, HubDep, Query, VerbsDep
 from mycelium.ledger import receipts as signing
-
-
-def export_row(row: Any) -> dict[str, Any]:
-    out = dict(row.items())
-    out.pop("recorded_at_ts", None)
-    return out
+from mycelium.verbs import NOBODY
+from mycelium.verbs.transitions import export_row, key_read
 
 
 class ReceiptController(Controller):
     path = "/api/receipts"
+    dependencies = VERBS
 
     @get("/")
     async def export(
         self,
-        hub: HubDep,
+        verbs: VerbsDep,
         since: FromQuery[datetime | None] = None,
         agent: FromQuery[str | None] = None,
         after: Annotated[int, Query(ge=0)] = 0,
@@ -33,30 +30,20 @@ class ReceiptController(Controller):
     ) -> list[dict[str, Any]]:
         """Receipts in id order, exactly as hashed; each agent and lane is one chain (page with
         ``after`` = the last ``id``)."""
-        rows = await hub.db.fetch(q("export_receipts"), since, agent, after, limit)
+        rows = await verbs.call(NOBODY, "export_receipts", since=since, agent=agent, after=after, limit=limit)
         return [export_row(r) for r in rows]
 
     @get("/keys")
-    async def keys(self, hub: HubDep) -> dict[str, Any]:
+    async def keys(self, verbs: VerbsDep) -> dict[str, Any]:
         """The public keyring: every key that ever signed, with its id (hex raw Ed25519 keys)."""
-        rows = await hub.db.fetch(q("receipt_keys"))
-        return {
-            "keys": [
-                {
-                    "key_id": r["key_id"],
-                    "algorithm": r["algorithm"],
-                    "public_key": bytes(r["public_key"]).hex(),
-                    "created_at": r["created_at"],
-                    "retired_at": r["retired_at"],
-                }
-                for r in rows
-            ]
-        }
+        return {"keys": [key_read(r) for r in await verbs.call(NOBODY, "receipt_keys")]}
 
     @post("/keys/rotate", status_code=201)
-    async def rotate(self, hub: HubDep) -> dict[str, Any]:
+    async def rotate(self, hub: HubDep, verbs: VerbsDep) -> dict[str, Any]:
         """A new signing key for this hub; every other key is retired (old signatures stay valid)."""
-        key = await signing.rotate(hub.db, signing.KeyStore.for_data_dir(hub.settings.resolved_data_dir()))
+        store = signing.KeyStore.for_data_dir(hub.settings.resolved_data_dir())
+        key = await asyncio.to_thread(store.rotate)
+        await verbs.call(NOBODY, "rotate_receipt_key", key_id=key.key_id, public_key=key.public_bytes)
         return {
             "key_id": key.key_id,
             "public_key": key.public_bytes.hex(),
@@ -64,13 +51,14 @@ class ReceiptController(Controller):
         }
 
     @get("/verify")
-    async def verify(self, hub: HubDep, agent: FromQuery[str | None] = None) -> dict[str, Any]:
+    async def verify(self, verbs: VerbsDep, agent: FromQuery[str | None] = None) -> dict[str, Any]:
         """The chain checked in SQL, and every signature checked against the keyring."""
-        chain = [dict(r.items()) for r in await hub.db.fetch(q("verify_receipt_chain"), agent)]
-        keyring = {r["key_id"]: bytes(r["public_key"]) for r in await hub.db.fetch(q("receipt_keys"))}
+        chain = [dict(r.items()) for r in await verbs.call(NOBODY, "verify_receipt_chain", agent=agent)]
+        keyring = {r["key_id"]: bytes(r["public_key"]) for r in await verbs.call(NOBODY, "receipt_keys")}
         checked, after, problems = 0, 0, []
         while True:
-            rows = await hub.db.fetch(q("export_receipts"), None, agent, after, 5000)
+            rows = await verbs.call(NOBODY, "export_receipts", since=None, agent=agent, after=after,
+                                    limit=5000)
             if not rows:
                 break
             after = rows[-1]["id"]

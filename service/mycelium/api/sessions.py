@@ -11,17 +11,15 @@ from typing import Any
 from litestar import get
 from litestar.params import FromPath
 
-from mycelium.api.deps import HubDep
-from mycelium.api.rooms import require_room
+from mycelium.api.deps import VERBS, VerbsDep
 from mycelium.core.envelope import short_id
-from mycelium.db.queries import q
+from mycelium.verbs import NOBODY
 
 
-@get("/api/rooms/{room:str}/sessions/members")
-async def members(hub: HubDep, room: FromPath[str]) -> dict[str, Any]:
-    await require_room(hub, room)
-    present = await hub.db.fetch(q("room_members"), room)
-    floors = await hub.db.fetch(q("room_floors"), room)
+@get("/api/rooms/{room:str}/sessions/members", dependencies=VERBS)
+async def members(verbs: VerbsDep, room: FromPath[str]) -> dict[str, Any]:
+    present = await verbs.call(NOBODY, "room_members", room=room)
+    floors = await verbs.call(NOBODY, "room_floors", room=room)
     return {
         "room": room,
         "members": [{"handle": m["handle"], "kind": m["kind"], "seen_at": m["seen_at"].isoformat(),

@@ -7,114 +7,66 @@ versioned, threaded, linked and searchable like the rest; the hub never runs a s
 
 from __future__ import annotations
 
-import re
-from datetime import datetime
-from typing import Any
-
 from litestar import Controller, delete, get, post
 from litestar.params import FromPath, FromQuery, JSONBody
-from pydantic import BaseModel, ConfigDict, Field
 
-from mycelium.api.deps import HubDep
-from mycelium.api.rooms import require_room
-from mycelium.db.queries import q
+from mycelium.api.deps import VERBS, HubDep, VerbsDep
 from mycelium.errors import Refusal
-
-NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
-PREFIX = "skills/"
-
-
-class SkillCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=128, pattern=NAME_PATTERN)
-    description: str = Field(default="", max_length=512)
-    body: str
-    tags: list[str] | None = None
-    created_by: str = Field(min_length=1, max_length=200)
-    meta: dict[str, Any] | None = None
-
-
-class SkillRead(BaseModel):
-    name: str
-    key: str
-    description: str
-    body: str
-    tags: list[str]
-    meta: dict[str, Any]
-    episode: str
-    version: int
-    created_by: str
-    updated_by: str
-    created_at: datetime
-    updated_at: datetime
-
-
-class SkillList(BaseModel):
-    skills: list[SkillRead]
-    total: int
-
-
-def skill_read(row: Any) -> SkillRead:
-    meta = dict(row["meta"])
-    description = meta.pop("description", "")
-    return SkillRead(
-        name=row["key"].removeprefix(PREFIX), key=row["key"],
-        description=description if isinstance(description, str) else str(description),
-        body=row["body"], tags=list(row["tags"]), meta=meta, episode=row["episode"],
-        version=row["version"], created_by=row["created_by"], updated_by=row["updated_by"],
-        created_at=row["created_at"], updated_at=row["updated_at"],
-    )
-
-
-def _skill_key(room: str, name: str) -> str:
-    """The memory key of a skill; a name no skill can have is simply not found."""
-    if len(name) > 128 or not re.fullmatch(NAME_PATTERN, name):
-        raise Refusal(404, "skill_not_found", f"no skill '{name}' in room '{room}'",
-                      {"room": room, "name": name})
-    return PREFIX + name
+from mycelium.verbs import NOBODY, Actor
+from mycelium.verbs.memories import (
+    SKILL_PREFIX,
+    SkillCreate,
+    SkillList,
+    SkillRead,
+    skill_key,
+    skill_not_found,
+    skill_read,
+)
 
 
 class SkillController(Controller):
     path = "/api/rooms/{room:str}/skills"
+    dependencies = VERBS
 
     @post("/", status_code=201)
-    async def write(self, hub: HubDep, room: FromPath[str], data: JSONBody[SkillCreate]) -> SkillRead:
+    async def write(self, hub: HubDep, verbs: VerbsDep, room: FromPath[str], data: JSONBody[SkillCreate]
+                    ) -> SkillRead:
         """Create or update a skill (an upsert: version +1 on each write)."""
-        await require_room(hub, room)
         meta = {**(data.meta or {}), "description": data.description}
         vector = None
         if hub.embedder is not None:
             vector = (await hub.embedder.aembed([data.body]))[0]
-        row = await hub.db.fetchrow(
-            q("write_memory"), room, PREFIX + data.name, {"text": data.body}, data.created_by, data.tags,
-            meta, None, None, vector, True,
+        row = await verbs.call(
+            Actor.declared(data.created_by), "write_memory", room=room, key=SKILL_PREFIX + data.name,
+            value={"text": data.body}, created_by=data.created_by, tags=data.tags, meta=meta,
+            content_text=None, base_version=None, embedding=vector, embed=True,
         )
         return skill_read(row)
 
     @get("/")
-    async def list(self, hub: HubDep, room: FromPath[str]) -> SkillList:
+    async def list(self, verbs: VerbsDep, room: FromPath[str]) -> SkillList:
         """A room's skills, newest-updated first."""
-        await require_room(hub, room)
-        skills = [skill_read(r) for r in await hub.db.fetch(q("list_skills"), room)]
+        skills = [skill_read(r) for r in await verbs.call(NOBODY, "list_skills", room=room)]
         return SkillList(skills=skills, total=len(skills))
 
     @get("/{name:str}")
-    async def get_one(self, hub: HubDep, room: FromPath[str], name: FromPath[str]) -> SkillRead:
-        key = _skill_key(room, name)
-        row = await hub.db.fetchrow(q("get_memory"), room, key)
-        if row is None:
-            await require_room(hub, room)
-            raise Refusal(404, "skill_not_found", f"no skill '{name}' in room '{room}'",
-                          {"room": room, "name": name})
-        return skill_read(row)
+    async def get_one(self, verbs: VerbsDep, room: FromPath[str], name: FromPath[str]) -> SkillRead:
+        try:
+            return skill_read(await verbs.call(NOBODY, "get_memory", room=room, key=skill_key(room, name)))
+        except Refusal as refused:
+            raise _as_skill(refused, room, name) from None
 
     @delete("/{name:str}")
     async def delete_one(
-        self, hub: HubDep, room: FromPath[str], name: FromPath[str], by: FromQuery[str | None] = None
+        self, verbs: VerbsDep, room: FromPath[str], name: FromPath[str], by: FromQuery[str | None] = None
     ) -> None:
         """Delete a skill; its history stays, like any memory's."""
-        key = _skill_key(room, name)
-        if await hub.db.fetchval(q("delete_skill"), room, key, by) is None:
-            await require_room(hub, room)
-            raise Refusal(404, "skill_not_found", f"no skill '{name}' in room '{room}'",
-                          {"room": room, "name": name})
+        try:
+            await verbs.call(Actor.declared(by), "delete_memory", room=room, key=skill_key(room, name), by=by)
+        except Refusal as refused:
+            raise _as_skill(refused, room, name) from None
+
+
+def _as_skill(refused: Refusal, room: str, name: str) -> Refusal:
+    """A skill that is not there is a skill, not a memory, that is not found."""
+    return skill_not_found(room, name) if refused.error == "memory_not_found" else refused

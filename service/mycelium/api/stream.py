@@ -15,12 +15,11 @@ from litestar import get
 from litestar.params import FromPath, HeaderParameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
-from mycelium.api.deps import Annotated, HubDep, Query
-from mycelium.api.messages import message_read
-from mycelium.api.rooms import require_room
+from mycelium.api.deps import VERBS, Annotated, HubDep, Query, VerbsDep
 from mycelium.conversations.wakes import wait_for, waiters_of
-from mycelium.db.queries import q
 from mycelium.hub import Hub
+from mycelium.verbs import NOBODY, verbs_of
+from mycelium.verbs.messages import message_read
 
 #: Send a comment this often so proxies keep an idle stream open.
 KEEPALIVE_SECONDS = 15.0
@@ -29,11 +28,12 @@ BATCH = 200
 
 async def timeline_events(hub: Hub, room: str, after: int) -> AsyncIterator[ServerSentEventMessage]:
     waiters = await waiters_of(hub)
+    verbs = verbs_of(hub)
     event = waiters.for_room(room)
     try:
         while True:
             event.clear()
-            rows = await hub.db.fetch(q("messages_after"), room, after, BATCH)
+            rows = await verbs.call(NOBODY, "messages_after", room=room, after=after, limit=BATCH)
             for row in rows:
                 after = row["position"]
                 body = message_read(row).model_dump(mode="json")
@@ -46,19 +46,20 @@ async def timeline_events(hub: Hub, room: str, after: int) -> AsyncIterator[Serv
         waiters.drop_room(room, event)
 
 
-@get("/api/rooms/{room:str}/messages/stream")
+@get("/api/rooms/{room:str}/messages/stream", dependencies=VERBS)
 async def stream(
-    hub: HubDep, room: FromPath[str],
+    hub: HubDep, verbs: VerbsDep, room: FromPath[str],
     after: Annotated[int | None, Query(ge=0)] = None,
     last_event_id: Annotated[str | None, HeaderParameter(name="last-event-id")] = None,
 ) -> ServerSentEvent:
-    """Messages after ``after`` (or ``Last-Event-ID``); without either, from now on."""
-    await require_room(hub, room)
+    """Messages after ``after`` (or ``Last-Event-ID``); without either, from now on. An unknown room
+    is refused (404) before the stream opens."""
     start: Any = after
     if start is None and last_event_id and last_event_id.strip().isdigit():
         start = int(last_event_id.strip())
+    head = await verbs.call(NOBODY, "timeline_head", room=room)
     if start is None:
-        start = await hub.db.fetchval(q("timeline_head"), room)
+        start = head
     return ServerSentEvent(timeline_events(hub, room, int(start)))
 
 

@@ -15,8 +15,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from mycelium.db.queries import q
 from mycelium.hub import Hub
+from mycelium.verbs import NOBODY, verbs_of
 
 CHANNELS = ("mycelium_board", "mycelium_changes")
 MAX_WAIT_S = 60.0
@@ -52,10 +52,11 @@ async def watch_lease(hub: Hub, room: str, key: str, since: str | None, timeout:
     for channel in CHANNELS:
         await hub.wakes.listen(channel)
     unsubscribe = [hub.wakes.on(channel, hint) for channel in CHANNELS]
+    verbs = verbs_of(hub)
     try:
         while True:
             wake.clear()
-            read = await hub.db.fetchrow(q("read_assignment"), room, key)
+            read = await verbs.call(NOBODY, "read_assignment", room=room, key=key)
             token = signature(read)
             if since is None or token != since:
                 return Watched(read, token, since is not None)

@@ -15,8 +15,8 @@ from typing import Any
 
 from mycelium.conversations.wakes import Waiters, wait_for, waiters_of
 from mycelium.core.handles import normalize_handle
-from mycelium.db.queries import q
 from mycelium.hub import Hub
+from mycelium.verbs import Actor, Verbs, verbs_of
 
 #: The longest one await may wait (upstream's cap); ``timeout=0`` means this.
 MAX_WAIT_SECONDS = 3600.0
@@ -37,6 +37,7 @@ async def await_next(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + (timeout if timeout > 0 else MAX_WAIT_SECONDS)
     waiters = await waiters_of(hub)
+    verbs = verbs_of(hub)
     me = normalize_handle(handle)
     event = waiters.for_handle(room, me)  # registered before the quiet test: no hint falls between
     quiet = waiters.quiet_until(room, me) if episode is None else None
@@ -58,7 +59,7 @@ async def await_next(
             remaining = max(0.0, deadline - loop.time())
             if look:
                 event.clear()
-                row = await _take(hub, waiters, room, handle, me, episode, remaining)
+                row = await _take(verbs, waiters, room, handle, me, episode, remaining)
                 if row is not None:
                     return row
             look = True
@@ -73,14 +74,17 @@ async def await_next(
             watcher.cancel()
 
 
-async def _take(hub: Hub, waiters: Waiters, room: str, handle: str, me: str, episode: str | None,
+async def _take(verbs: Verbs, waiters: Waiters, room: str, handle: str, me: str, episode: str | None,
                 remaining: float) -> Any | None:
-    """One look at the inbox (``take_next``), keeping the handle's quiet mark up to date."""
+    """One look at the inbox (``take_next``, as the handle), keeping its quiet mark up to date."""
+    actor = Actor.declared(handle)
     if episode is not None:
-        return await hub.db.fetchrow(q("take_next"), room, handle, episode, remaining)
+        return await verbs.call(actor, "take_next", room=room, handle=handle, episode=episode,
+                                hold_seconds=remaining)
     waiters.looking(room, me)
     try:
-        row = await hub.db.fetchrow(q("take_next"), room, handle, None, remaining)
+        row = await verbs.call(actor, "take_next", room=room, handle=handle, episode=None,
+                               hold_seconds=remaining)
     except BaseException:
         waiters.forget(room, me)
         raise

@@ -51,9 +51,8 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 
 from mycelium.core import search_grammar as grammar
-from mycelium.db.queries import q
 from mycelium.errors import Refusal
-from mycelium.hub import Hub
+from mycelium.verbs import NOBODY, Session, Verbs
 
 #: Message types outside the default scope: control signals, and events (a ledger, not prose).
 NOT_PROSE = ("ping", "notice", "presence", "keepalive", "event")
@@ -250,10 +249,12 @@ class SearchResult:
 
 
 async def search_messages(
-    hub: Hub, room: str, raw: str, *, limit: int = 20, cursor: str | None = None, context: int = 0
+    verbs: Verbs, room: str, raw: str, *, limit: int = 20, cursor: str | None = None, context: int = 0
 ) -> SearchResult:
-    async with hub.db.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        now: datetime = await conn.fetchval("SELECT now()")
+    """One read-only snapshot: the room (404 without it), the counts, the hits, their context and
+    the facets."""
+    async with verbs.transaction(isolation="repeatable_read", readonly=True) as tx:
+        now: datetime = await tx.call(NOBODY, "room_clock", room=room)
         query = grammar.parse(raw, now=now)
         paging = parse_cursor(cursor, query.sort)
 
@@ -285,7 +286,7 @@ async def search_messages(
         scanned_in_scope = select(func.count()).select_from(docs).where(*in_scope).scalar_subquery()
         counts_sql, counts_args = compile_sql(
             select(func.count().filter(matches), scanned_in_scope).select_from(base))
-        total, scanned = await conn.fetchrow(counts_sql, *counts_args)
+        total, scanned = (await tx.select(counts_sql, *counts_args))[0]
 
         hits_stmt = select(*c).where(matches)
         if query.sort == "relevance":
@@ -295,7 +296,7 @@ async def search_messages(
             if paging.at is not None:
                 position = None
                 if paging.message_id is not None:
-                    position = await conn.fetchval(q("message_position"), room, paging.message_id)
+                    position = await tx.call(NOBODY, "message_position", room=room, id=paging.message_id)
                 if position is not None:
                     hits_stmt = hits_stmt.where(c.position < position if newest else c.position > position)
                 else:
@@ -303,10 +304,10 @@ async def search_messages(
                         c.created_at < paging.at if newest else c.created_at > paging.at)
             hits_stmt = hits_stmt.order_by(c.position.desc() if newest else c.position.asc())
         hits_sql, hits_args = compile_sql(hits_stmt.limit(limit + 1))
-        rows = list(await conn.fetch(hits_sql, *hits_args))
+        rows = list(await tx.select(hits_sql, *hits_args))
         more = len(rows) > limit
         rows = rows[:limit]
-        shown = await conn.fetch(q("timeline_rows"), room, [r["position"] for r in rows])
+        shown = await tx.call(NOBODY, "timeline_rows", room=room, positions=[r["position"] for r in rows])
         full = {r["position"]: r for r in shown}
 
         result = SearchResult(query=raw, parsed=query, total=total, scanned=scanned)
@@ -317,8 +318,9 @@ async def search_messages(
 
         neighbours: dict[int, dict[str, list[Any]]] = {}
         if context and rows:
-            found = await conn.fetch(q("message_neighbours"), room, [r["episode"] for r in rows],
-                                     [r["position"] for r in rows], context)
+            found = await tx.call(NOBODY, "message_neighbours", room=room,
+                                  episodes=[r["episode"] for r in rows],
+                                  positions=[r["position"] for r in rows], around=context)
             for n in found:
                 neighbours.setdefault(n["hit"], {"before": [], "after": []})[n["side"]].append(n)
         for r in rows:
@@ -337,12 +339,12 @@ async def search_messages(
                 "after": around["after"],
             })
 
-        result.facets = await _facets(conn, base, common, field_preds)
+        result.facets = await _facets(tx, base, common, field_preds)
         return result
 
 
 async def _facets(
-    conn: Any, base: Any, common: list[ColumnElement[bool]], field_preds: dict[str, ColumnElement[bool]]
+    tx: Session, base: Any, common: list[ColumnElement[bool]], field_preds: dict[str, ColumnElement[bool]]
 ) -> dict[str, list[dict[str, Any]]]:
     """Disjunctive facet counts: each field over what passes every other field's clauses."""
     c = base.c
@@ -372,7 +374,7 @@ async def _facets(
             .order_by(counted.c.field, counted.c.rank))
     sql, args = compile_sql(stmt)
     facets: dict[str, list[dict[str, Any]]] = {name: [] for name in FACET_FIELDS}
-    for r in await conn.fetch(sql, *args):
+    for r in await tx.select(sql, *args):
         facets[r["field"]].append({"value": r["value"], "label": r["label"], "count": r["n"]})
     return facets
 

@@ -1,0 +1,13 @@
+"""The one gateway every caller reaches the SQL verbs through.
+
+``verbs_of(hub).call(actor, "claim_task", room=…, key=…, …)``: named parameters, the actor declared
+in the verb's own statement (the verb takes the author of its write from it), wake hints sent after
+the commit, refusals raised as :class:`mycelium.errors.Refusal`. Beside it, one module per resource
+holds the request models and the shapes of answers that every transport shares (``rooms``,
+``memories``, ``board``, ``messages``, ``transitions``, ``settings``).
+"""
+
+from mycelium.verbs.actor import KINDS, NOBODY, Actor, Kind
+from mycelium.verbs.gateway import Session, Verbs, verbs_of
+
+__all__ = ["KINDS", "NOBODY", "Actor", "Kind", "Session", "Verbs", "verbs_of"]

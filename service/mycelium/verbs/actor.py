@@ -1,0 +1,37 @@
+"""Who is asking: the actor every verb call carries.
+
+With authentication off (today, and the default) the actor is the handle the request declares, in
+the field it has always used (``created_by``, ``handle``, ``sender_handle``, ``?by=``…); nobody has
+verified it. ``principal`` is where a verified identity will go when a request carries one.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+Kind = Literal["person", "agent", "engine", "operator"]
+KINDS: tuple[Kind, ...] = ("person", "agent", "engine", "operator")
+
+
+class Actor(NamedTuple):
+    """Who asks (a tuple: one is made for every call)."""
+
+    handle: str | None
+    """The handle the caller acts as; None: nobody declared (a write then names its author itself)."""
+    kind: Kind = "agent"
+    principal: str | None = None
+    """The verified identity behind the handle (a token's subject); None while nothing verifies it."""
+
+    @classmethod
+    def declared(cls, handle: str | None, kind: Kind = "agent") -> Actor:
+        """The actor a request declares by naming its author (blank or missing: nobody)."""
+        if not handle or handle.isspace():
+            return NOBODY
+        return cls(handle, kind)
+
+    @property
+    def anonymous(self) -> bool:
+        return self.handle is None
+
+
+NOBODY = Actor(None)

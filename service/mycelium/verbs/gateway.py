@@ -1,0 +1,165 @@
+"""The one gateway to the SQL verbs: ``await verbs.call(actor, "claim_task", room=…, key=…)``.
+
+A verb is a named query of ``sql/queries`` (``mycelium.db.queries``) called with named parameters;
+its ``-- returns:`` line says whether a call gives back a row, rows, a value or nothing. Three
+parameters are the gateway's own, filled on every call and never passed by a caller:
+
+* ``:actor`` and ``:actor_kind``: who asks (:class:`~mycelium.verbs.actor.Actor`). A write passes
+  them to ``mycelium.acting(…)`` around its verb's first argument, which declares the actor for the
+  verb in the verb's own statement: no round trip of its own; the verb takes its author from it;
+* ``:defer_wakes``: whether this process sends the write's wake hints itself. When it does (a hub
+  with its listener), the triggers keep their hints and the statement returns them in a
+  ``wake_hints`` column; they are sent once the write has committed (a statement on a pooled
+  connection commits before its result comes back; in :meth:`Verbs.transaction`, after the commit).
+  Without a listener the triggers NOTIFY as they would for psql. See ``mycelium.db.listener``.
+
+A refusal of the database (SQLSTATE ``MYnnn``, or a constraint) comes out as
+:class:`~mycelium.errors.Refusal`, the one error shape; anything else is raised as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+from mycelium.db.queries import Query, query
+from mycelium.errors import refusal_from_db
+from mycelium.verbs.actor import Actor
+
+if TYPE_CHECKING:
+    from mycelium.hub import Hub
+
+Hint = Callable[[str | None], None]
+Runner = asyncpg.Pool | asyncpg.Connection
+
+GATEWAY_PARAMS = frozenset({"actor", "actor_kind", "defer_wakes"})
+
+
+def bind(q: Query, actor: Actor, defer: bool, params: Mapping[str, Any]) -> list[Any]:
+    """The positional arguments of one call, or TypeError naming what is wrong with ``params``."""
+    given = _given(q)
+    if len(params) != len(given) or not GATEWAY_PARAMS.isdisjoint(params):
+        extra = sorted(set(params) - given | GATEWAY_PARAMS.intersection(params))
+        if extra:
+            raise TypeError(f"verb {q.name!r} takes no parameter {', '.join(map(repr, extra))}")
+    merged = {**params, "actor": actor.handle, "actor_kind": None if actor.handle is None else actor.kind,
+              "defer_wakes": defer}
+    try:
+        return [merged[name] for name in q.params]
+    except KeyError as missing:
+        raise TypeError(f"verb {q.name!r} needs parameter {missing.args[0]!r}") from None
+
+
+_GIVEN: dict[str, frozenset[str]] = {}
+
+
+def _given(q: Query) -> frozenset[str]:
+    """The parameters a caller passes to ``q`` (all but the gateway's own)."""
+    found = _GIVEN.get(q.name)
+    if found is None:
+        found = _GIVEN[q.name] = frozenset(q.params) - GATEWAY_PARAMS
+    return found
+
+
+async def run(db: Runner, q: Query, args: list[Any]) -> Any:
+    """One statement on ``db``; a database refusal raised as :class:`Refusal`."""
+    try:
+        if q.returns == "row":
+            return await db.fetchrow(q.sql, *args)
+        if q.returns == "value":
+            return await db.fetchval(q.sql, *args)
+        if q.returns == "none":
+            await db.execute(q.sql, *args)
+            return None
+        return await db.fetch(q.sql, *args)
+    except asyncpg.PostgresError as exc:
+        refusal = refusal_from_db(exc)
+        if refusal is None:
+            raise
+        raise refusal from exc
+
+
+def hints_of(q: Query, result: Any) -> str | None:
+    """The wake hints a write returned (every row carries all of them), if it is a hinted one."""
+    if "defer_wakes" not in q.params or not result:
+        return None
+    first = result if q.returns == "row" else result[0]
+    hints: str | None = first["wake_hints"]
+    return hints
+
+
+class Verbs:
+    """The verbs on one pool; ``hint`` sends wake hints after the commit (None: let the triggers
+    NOTIFY)."""
+
+    __slots__ = ("_hint", "_pool")
+
+    def __init__(self, pool: asyncpg.Pool, hint: Hint | None = None) -> None:
+        self._pool = pool
+        self._hint = hint
+
+    async def call(self, actor: Actor, verb: str, /, **params: Any) -> Any:
+        """Call ``verb`` as ``actor``: a row (or None), rows, a value or None, as the verb returns."""
+        q = query(verb)
+        result = await run(self._pool, q, bind(q, actor, self._hint is not None, params))
+        if self._hint is not None:
+            hints = hints_of(q, result)
+            if hints:
+                self._hint(hints)
+        return result
+
+    @asynccontextmanager
+    async def transaction(self, *, readonly: bool = False, isolation: str | None = None
+                          ) -> AsyncIterator[Session]:
+        """Several calls in one transaction on one connection; their hints are sent after it
+        commits (a refusal rolls it all back and sends nothing)."""
+        async with self._pool.acquire() as conn:
+            session = Session(conn, defer=self._hint is not None, readonly=readonly)
+            kwargs: dict[str, Any] = {"readonly": readonly}
+            if isolation is not None:
+                kwargs["isolation"] = isolation
+            async with conn.transaction(**kwargs):
+                yield session
+        if self._hint is not None:
+            for hints in session.hints:
+                self._hint(hints)
+
+
+class Session:
+    """Calls inside one transaction (see :meth:`Verbs.transaction`)."""
+
+    __slots__ = ("_conn", "_defer", "_readonly", "hints")
+
+    def __init__(self, conn: asyncpg.Connection, *, defer: bool, readonly: bool) -> None:
+        self._conn = conn
+        self._defer = defer
+        self._readonly = readonly
+        self.hints: list[str] = []
+
+    async def call(self, actor: Actor, verb: str, /, **params: Any) -> Any:
+        q = query(verb)
+        result = await run(self._conn, q, bind(q, actor, self._defer, params))
+        hints = hints_of(q, result)
+        if hints:
+            self.hints.append(hints)
+        return result
+
+    async def select(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        """Rows of a read composed at run time (message search builds its query per request);
+        only in a read-only transaction, so composed SQL never writes."""
+        if not self._readonly:
+            raise RuntimeError("composed SQL runs only in a read-only transaction")
+        return await run(self._conn, _composed(sql), list(args))  # type: ignore[no-any-return]
+
+
+def _composed(sql: str) -> Query:
+    return Query("(composed)", sql, (), "rows")
+
+
+def verbs_of(hub: Hub) -> Verbs:
+    """The gateway of a started hub: its pool, and its listener to send the hints."""
+    listener = hub.listener
+    return Verbs(hub.db, listener.hint if listener is not None else None)
