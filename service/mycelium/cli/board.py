@@ -81,7 +81,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     f = bsub.add_parser("fields", help="read a row's fields, or write some with --set")
     f.add_argument("row")
     f.add_argument("-s", "--set", action="append", default=[], metavar="K=V",
-                   help="write a field (value parsed as YAML; empty clears it; repeatable)")
+                   help="write a field (a JSON literal such as true, 3, [\"a\"] as typed, else the text; "
+                        "empty clears it; repeatable)")
     _common(f, json_out=True, author=True)
     f.set_defaults(func=_fields)
 

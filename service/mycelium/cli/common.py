@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import quote
@@ -51,20 +52,33 @@ def handle_of(args: argparse.Namespace) -> str:
 
 
 def key_values(pairs: list[str], flag: str) -> dict[str, Any]:
-    """``K=V`` arguments as a dict, each value parsed as YAML (``on``, ``3``, ``[a, b]``); ``K=``
-    is None."""
-    import yaml
-
+    """``K=V`` arguments as a dict; ``K=`` is None. See ``literal`` for how a value is read."""
     values: dict[str, Any] = {}
     for pair in pairs:
         if "=" not in pair:
             fail(f"{flag} takes K=V, got {pair!r}")
         k, v = pair.split("=", 1)
-        try:
-            values[k.strip()] = yaml.safe_load(v) if v else None
-        except yaml.YAMLError as exc:
-            fail(f"{flag} {pair!r}: the value is not YAML: {exc}")
+        if not k.strip():
+            fail(f"{flag} {pair!r}: the name before '=' is empty")
+        values[k.strip()] = literal(v) if v else None
     return values
+
+
+def literal(text: str) -> Any:
+    """A JSON literal as typed (``true``, ``3``, ``[1, "a"]``, ``{"a": 1}``, ``"quoted"``, ``null``),
+    anything else the string typed: ``no``, ``007``, ``1.10`` and ``2024-06-01`` stay strings (a
+    number is taken only when JSON writes it back the way it was typed)."""
+    try:
+        value = json.loads(text, parse_constant=_not_json)
+    except ValueError:
+        return text
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and json.dumps(value) != text.strip():
+        return text
+    return value
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def path_part(value: str) -> str:

@@ -15,6 +15,9 @@ from typing import NoReturn
 
 DESCRIPTION = "Mycelium hub: coordination for AI agents on PostgreSQL."
 
+#: exit status after Ctrl-C (128 + SIGINT), as a shell reports it
+INTERRUPTED = 130
+
 #: command -> (module, one line of help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("mycelium.cli.up", "run the hub (HTTP API, workers, embedded database by default)"),
@@ -65,11 +68,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        result = args.func(args)
-    except ModuleNotFoundError as exc:
-        lacking(args.command, exc)
+        args = parse_args(list(sys.argv[1:] if argv is None else argv))
+        try:
+            result = args.func(args)
+        except ModuleNotFoundError as exc:
+            lacking(args.command, exc)
+    except KeyboardInterrupt:  # Ctrl-C: the shell's status for SIGINT, and no traceback
+        print(file=sys.stderr)
+        return INTERRUPTED
     return int(result or 0)
 
 

@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.add_argument("text", nargs="?", help="the body (or use -f)")
     s.add_argument("-f", "--file", help="read the body from a file ('-' for stdin)")
     s.add_argument("-m", "--meta", action="append", default=[], metavar="K=V",
-                   help="frontmatter field (value parsed as YAML; repeatable)")
+                   help="frontmatter field (a JSON literal such as true, 3, [\"a\"] as typed, else the "
+                        "text; repeatable)")
     s.add_argument("-t", "--tags", help="comma-separated tags")
     s.add_argument("--base-version", type=int, help="refuse (409) unless the memory is at this version")
     s.add_argument("--no-embed", action="store_true", help="keep the previous vector")

@@ -1,0 +1,82 @@
+"""Defects a new user hit in the CLI: each test runs `mycelium` as a process against a real hub."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from tests.support.processes import HubProcess
+
+
+@pytest.fixture(scope="module")
+def hub_url(pg_server, tmp_path_factory):
+    name = asyncio.run(pg_server.create_database())
+    hub = HubProcess(data_dir=tmp_path_factory.mktemp("defects") / "data", database_url=pg_server.dsn(name),
+                     extra=["--no-mirror"])
+    try:
+        hub.wait_ready()
+        yield hub.url
+    finally:
+        hub.stop()
+        asyncio.run(pg_server.drop_database(name))
+
+
+@pytest.fixture
+def room(hub_url, request):
+    """A fresh room of this test's own."""
+    name = "r-" + request.node.name.replace("_", "-")[5:60]
+    assert httpx.post(hub_url + "/api/rooms", json={"name": name}).status_code == 201
+    return name
+
+
+def cli(url, *args, ok=True, stdin=None, env=None, timeout=60):
+    full_env = {**os.environ, "MYCELIUM_API_URL": url, "MYCELIUM_HANDLE": "ana", **(env or {})}
+    out = subprocess.run([sys.executable, "-m", "mycelium.cli.main", *args], capture_output=True, text=True,
+                         env=full_env, input=stdin, timeout=timeout)
+    if ok:
+        assert out.returncode == 0, out.stderr
+    return out
+
+
+def no_traceback(out: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in out.stderr, out.stderr
+
+
+# -- item 8: values as typed, and no traceback ----------------------------------------------------
+
+TYPED = ["due=2024-06-01", "answer=no", "release=1.10", "code=007", "done=true", "count=3", "ratio=0.5",
+         'items=["a", 1]', 'nested={"a": false}', 'quoted="3"', "when=NaN", "empty="]
+AS_TYPED = {"due": "2024-06-01", "answer": "no", "release": "1.10", "code": "007", "done": True, "count": 3,
+            "ratio": 0.5, "items": ["a", 1], "nested": {"a": False}, "quoted": "3", "when": "NaN"}
+
+
+def test_meta_and_field_values_are_taken_as_typed(hub_url, room):
+    args = [a for pair in TYPED for a in ("-m", pair)]
+    out = cli(hub_url, "memory", "set", "-r", room, "notes/typed", "body", *args)
+    no_traceback(out)
+    got = json.loads(cli(hub_url, "memory", "get", "-r", room, "notes/typed", "--json").stdout)
+    assert got["meta"] == AS_TYPED  # `empty=` sets nothing on a new memory
+    cli(hub_url, "board", "new", "-r", room, "Typed fields", "--key", "work/typed")
+    args = [a for pair in TYPED for a in ("-s", pair)]
+    fields = json.loads(cli(hub_url, "board", "fields", "-r", room, "work/typed", *args, "--json").stdout)
+    assert {k: fields["fields"].get(k) for k in AS_TYPED} == AS_TYPED
+
+
+def test_ctrl_c_during_await_exits_130_without_a_traceback(hub_url, room):
+    import signal
+    import time
+
+    env = {**os.environ, "MYCELIUM_API_URL": hub_url}
+    proc = subprocess.Popen([sys.executable, "-m", "mycelium.cli.main", "await", "-r", room, "--handle", "bo",
+                             "--timeout", "30"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    time.sleep(2.0)  # in the long poll
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and "Traceback" not in err and err.strip() == ""
