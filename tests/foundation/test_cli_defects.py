@@ -80,3 +80,32 @@ def test_ctrl_c_during_await_exits_130_without_a_traceback(hub_url, room):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 130 and "Traceback" not in err and err.strip() == ""
+
+
+# -- item 7: the listing shows ids that show and release take -------------------------------------
+
+
+def claim_transition(url: str, request_id: str) -> None:
+    body = {"request_id": request_id, "transition_key": "k-" + request_id, "tool": "pay", "owner": "w:1",
+            "side_effect_class": "non_idempotent_mutate", "agent_id": "agent-7"}
+    assert httpx.post(url + "/api/transitions/claim", json=body).status_code == 200
+
+
+def test_transition_ids_from_the_listing_are_accepted(hub_url):
+    ids = ["7" * 40 + "a" * 24, "7" * 40 + "b" * 24]  # 64 characters, the first 40 shared
+    for rid in ids:
+        claim_transition(hub_url, rid)
+    listed = cli(hub_url, "transitions", "ls", "--agent", "agent-7").stdout.split()
+    assert set(ids) <= set(listed)
+    for rid in ids:
+        assert rid in cli(hub_url, "transitions", "show", rid).stdout
+    unique = cli(hub_url, "transitions", "show", ids[0][:45], "--json")
+    assert json.loads(unique.stdout)["request_id"] == ids[0]
+    ambiguous = cli(hub_url, "transitions", "show", "7" * 40, ok=False)
+    assert ambiguous.returncode == 1 and ids[0] in ambiguous.stderr and ids[1] in ambiguous.stderr
+    no_traceback(ambiguous)
+    assert "404" in cli(hub_url, "transitions", "show", "nope-nothing", ok=False).stderr
+    refused = cli(hub_url, "transitions", "release", "7" * 40, "--not-executed", "--reason", "r", ok=False)
+    assert refused.returncode == 1 and ids[1] in refused.stderr
+    out = cli(hub_url, "transitions", "release", ids[1][:50], "--completed", "--reason", "checked", ok=False)
+    assert "409 release_refused" in out.stderr and ids[1] in out.stderr  # the hub was sent the full id
