@@ -109,3 +109,21 @@ def test_transition_ids_from_the_listing_are_accepted(hub_url):
     assert refused.returncode == 1 and ids[1] in refused.stderr
     out = cli(hub_url, "transitions", "release", ids[1][:50], "--completed", "--reason", "checked", ok=False)
     assert "409 release_refused" in out.stderr and ids[1] in out.stderr  # the hub was sent the full id
+
+
+# -- item 10: a busy port is one line, before anything else ---------------------------------------
+
+
+def test_up_on_a_busy_port_says_so_in_one_line_and_nothing_else(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run(
+            [sys.executable, "-m", "mycelium.cli.main", "up", "--port", str(port), "--data-dir",
+             str(tmp_path / "data"), "--database-url", "postgresql://nobody@127.0.0.1:9/none", "--no-mirror"],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "MYCELIUM_EMBEDDER": "none"})
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and f"127.0.0.1:{port}" in out.stderr and "in use" in out.stderr
