@@ -127,3 +127,32 @@ def test_up_on_a_busy_port_says_so_in_one_line_and_nothing_else(tmp_path):
             capture_output=True, text=True, timeout=60, env={**os.environ, "MYCELIUM_EMBEDDER": "none"})
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.count("\n") == 1 and f"127.0.0.1:{port}" in out.stderr and "in use" in out.stderr
+
+
+# -- item 11: text output is for people, not Python reprs -----------------------------------------
+
+REPRS = ("None", "True", "False", "['", "{'")
+
+
+def no_repr(text: str) -> None:
+    assert not [r for r in REPRS if r in text], text
+
+
+def test_text_output_carries_no_python_reprs(hub_url, room):
+    shown = cli(hub_url, "room", "show", room).stdout
+    no_repr(shown)
+    assert "title: —" in shown and "visibility: public" in shown
+    gate = cli(hub_url, "board", "gate", "-r", room).stdout
+    no_repr(gate)
+    assert "(room: not set, hub: " in gate
+    for key in ("work/a", "work/b", "work/c"):
+        cli(hub_url, "board", "new", "-r", room, key, "--key", key)
+    fields = cli(hub_url, "board", "fields", "-r", room, "work/c", "-s", 'depends-on=["work/a", "work/b"]',
+                 "-s", "urgent=true").stdout
+    no_repr(fields)
+    assert "depends-on: work/a, work/b" in fields and "urgent: yes" in fields
+    cli(hub_url, "memory", "set", "-r", room, "notes/m", "body", "-m", "ok=false", "-m", 'who=["a", "b"]',
+        "-m", 'more={"x": null}')
+    got = cli(hub_url, "memory", "get", "-r", room, "notes/m").stdout
+    no_repr(got)
+    assert "ok: no" in got and "who: a, b" in got

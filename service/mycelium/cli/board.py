@@ -7,7 +7,16 @@ import argparse
 from typing import Any
 
 from mycelium.cli.client import call, fail, print_json
-from mycelium.cli.common import add_author, add_json, add_room, handle_of, key_values, path_part, room_of
+from mycelium.cli.common import (
+    add_author,
+    add_json,
+    add_room,
+    handle_of,
+    human_fields,
+    key_values,
+    path_part,
+    room_of,
+)
 from mycelium.cli.room_messages import register_thread_commands
 
 FILTERS = ("needs-you", "in-flight", "resolved", "all")
@@ -205,7 +214,7 @@ def _fields(args: argparse.Namespace) -> int:
         body = {"key": key, "handle": handle_of(args), "fields": key_values(args.set, "--set")}
         call("POST", f"{_base(args)}/fields", json_body=body)
     got = call("GET", f"{_base(args)}/fields/{path_part(key)}")
-    text = "\n".join(f"{k}: {v}" for k, v in got["fields"].items()) or "(no fields)"
+    text = human_fields(got["fields"]) or "(no fields)"
     return _out(args, got, text)
 
 
@@ -219,5 +228,9 @@ def _gate(args: argparse.Namespace) -> int:
         enabled = {"on": True, "off": False, "clear": None}[args.state]
         got = call("PUT", path, json_body={"enabled": enabled, "handle": handle_of(args)})
     where = "hub" if args.hub else f"room {got['room']}"
-    return _out(args, got, f"dependency gate ({where}): {'on' if got['dependency_gate'] else 'off'}"
-                           f"  (room: {got['room_setting']}, hub: {got['hub_setting']})")
+    return _out(args, got, f"dependency gate ({where}): {_on_off(got['dependency_gate'])}"
+                           f"  (room: {_on_off(got['room_setting'])}, hub: {_on_off(got['hub_setting'])})")
+
+
+def _on_off(setting: bool | None) -> str:
+    return "not set" if setting is None else "on" if setting else "off"

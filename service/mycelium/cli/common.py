@@ -81,6 +81,25 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def human(value: Any) -> str:
+    """A value as text for a person: no value is ``—``, booleans are yes/no, lists are joined with
+    commas, mappings are JSON; never a Python repr."""
+    if value is None or value == []:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(human(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
+
+
+def human_fields(fields: dict[str, Any]) -> str:
+    """``name: value`` lines, values as ``human`` writes them."""
+    return "\n".join(f"{k}: {human(v)}" for k, v in fields.items())
+
+
 def path_part(value: str) -> str:
     """Quote a room name or key for a URL path (keys keep their slashes)."""
     return quote(value, safe="/")

@@ -8,7 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from mycelium.cli.client import call, fail, print_json
-from mycelium.cli.common import add_author, add_json, add_room, handle_of, key_values, path_part, room_of
+from mycelium.cli.common import (
+    add_author,
+    add_json,
+    add_room,
+    handle_of,
+    human_fields,
+    key_values,
+    path_part,
+    room_of,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -124,8 +133,8 @@ def _get(args: argparse.Namespace) -> int:
         print(f"thread: {m['episode']}")
         if m["tags"]:
             print(f"tags: {', '.join(m['tags'])}")
-        for k, v in m["meta"].items():
-            print(f"{k}: {v}")
+        if m["meta"]:
+            print(human_fields(m["meta"]))
         print()
         print(body)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mycelium.cli.client import call, print_json
-from mycelium.cli.common import add_author, add_json, path_part
+from mycelium.cli.common import add_author, add_json, human_fields, path_part
 from mycelium.cli.room_messages import register_room_commands
 
 
@@ -69,8 +69,11 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(room)
     else:
-        for key in ("name", "title", "description", "is_public", "owner", "members", "created_at"):
-            print(f"{key}: {room.get(key)}")
+        print(human_fields({"name": room["name"], "title": room.get("title"),
+                            "description": room.get("description"),
+                            "visibility": "public" if room.get("is_public") else "private",
+                            "owner": room.get("owner"), "members": room.get("members"),
+                            "created": room.get("created_at")}))
     return 0
 
 

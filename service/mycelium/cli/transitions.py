@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 from mycelium.cli.client import call, fail, print_json, refused, request
-from mycelium.cli.common import add_author, add_json, handle_of
+from mycelium.cli.common import add_author, add_json, handle_of, human
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -138,7 +138,7 @@ def _show(args: argparse.Namespace) -> int:
     width = max(len(k) for k in t)
     for k, v in t.items():
         if v is not None:
-            print(f"{k:<{width}}  {json.dumps(v) if isinstance(v, (dict, list)) else v}")
+            print(f"{k:<{width}}  {human(v)}")
     return 0
 
 
