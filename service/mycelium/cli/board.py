@@ -4,9 +4,10 @@ and the dependency gate. A row is named by its key or its thread's short id."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from mycelium.cli.client import call, fail, print_json
+from mycelium.cli.client import call, fail, print_json, refused, request
 from mycelium.cli.common import (
     add_author,
     add_json,
@@ -30,7 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     n = bsub.add_parser("new", help="file a task in work/")
     n.add_argument("title")
     n.add_argument("--assign", metavar="@HANDLE", help="who it is for")
-    n.add_argument("--parent", metavar="KEY", help="the task it is part of")
+    n.add_argument("--parent", metavar="KEY", help="the task it is part of (its part-of field)")
+    n.add_argument("--depends-on", dest="depends_on", action="append", default=[], metavar="KEY",
+                   help="a row it waits on until that row is settled (its depends-on field; repeatable)")
     n.add_argument("--key", help="the row's key (default work/<slug of the title>)")
     _common(n, json_out=True, author=True)
     n.set_defaults(func=_new)
@@ -157,7 +160,21 @@ def _new(args: argparse.Namespace) -> int:
     if args.assign:
         body["assignee"] = args.assign
     m = call("POST", f"{_base(args)}/tasks", json_body=body)
-    return _out(args, m, f"{m['key']}  thread {m['episode'].rsplit(':', 1)[-1]}")
+    text = f"{m['key']}  thread {m['episode'].rsplit(':', 1)[-1]}"
+    if args.depends_on:
+        m = _depend(args, m["key"], args.depends_on)
+        text += f"  waits on {', '.join(args.depends_on)}"
+    return _out(args, m, text)
+
+
+def _depend(args: argparse.Namespace, key: str, on: list[str]) -> Any:
+    """Write the new row's depends-on field; a refusal says the row was filed without it."""
+    body = {"key": key, "handle": handle_of(args), "fields": {"depends-on": on}}
+    response = request("POST", f"{_base(args)}/fields", json_body=body)
+    if response.status >= 400:
+        print(f"filed {key}, but its dependencies were not recorded:", file=sys.stderr)
+        refused(response)
+    return response.json()
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -168,7 +185,27 @@ def _ls(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     row = call("GET", f"{_base(args)}/tasks/{path_part(args.row)}")
-    return _out(args, row, _line(row))
+    return _out(args, row, _detail(row))
+
+
+def _detail(row: dict[str, Any]) -> str:
+    """One row for ``show``: what it is, who it is for, its lease and what it waits on."""
+    lease = row.get("assignment") or "—"
+    if row.get("owner") and lease in ("held", "expired"):
+        lease += f" by @{row['owner']}"
+    if row.get("expires_at") and row.get("assignment") == "held":
+        lease += f" until {row['expires_at']}"
+    elif row.get("expires_at") and row.get("assignment") == "expired":
+        lease += f" (ended {row['expires_at']})"
+    if row.get("freshness"):
+        lease += f" ({row['freshness']})"
+    assignee = row.get("assignee")
+    return f"{row['short_id']}  {row['key']}\n" + human_fields({
+        "title": row.get("title"), "status": row.get("status"),
+        "assignee": f"@{assignee.lstrip('@')}" if assignee else None,
+        "lease": lease, "waits on": row.get("waiting_on"), "blocked on": row.get("blocked_by"),
+        "part of": row.get("parent"), "needs": row.get("attention"),
+    })
 
 
 def _claim(args: argparse.Namespace) -> int:
