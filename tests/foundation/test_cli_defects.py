@@ -156,3 +156,38 @@ def test_text_output_carries_no_python_reprs(hub_url, room):
     got = cli(hub_url, "memory", "get", "-r", room, "notes/m").stdout
     no_repr(got)
     assert "ok: no" in got and "who: a, b" in got
+
+
+# -- item 13: silent outcomes say what happened ---------------------------------------------------
+
+
+def test_an_await_that_times_out_says_so(hub_url, room):
+    out = cli(hub_url, "await", "-r", room, "--handle", "@hal", "--timeout", "0.5", ok=False)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.strip() == "no message for @hal in 0.5 s"
+
+
+def test_a_search_query_with_problems_exits_non_zero(hub_url, room):
+    cli(hub_url, "room", "send", "-r", room, "hello there")
+    bad = cli(hub_url, "room", "search", "-r", room, "hello after:notadate", ok=False)
+    assert bad.returncode == 1 and "after:notadate" in bad.stderr
+    assert cli(hub_url, "room", "search", "-r", room, "hello").returncode == 0
+
+
+def test_memory_ls_says_how_many_more_there_are(hub_url, room):
+    items = [{"key": f"notes/n{i:02}", "value": f"note {i}", "created_by": "ana", "embed": False}
+             for i in range(12)]
+    assert httpx.post(f"{hub_url}/api/rooms/{room}/memory", json={"items": items}).status_code in (200, 201)
+    page = cli(hub_url, "memory", "ls", "-r", room, "--limit", "5")
+    assert len(page.stdout.splitlines()) == 5 and page.stderr.strip() == "… 7 more (use --offset 5)"
+    last = cli(hub_url, "memory", "ls", "-r", room, "--limit", "5", "--offset", "10")
+    assert len(last.stdout.splitlines()) == 2 and last.stderr == ""
+
+
+def test_room_messages_prints_in_the_order_its_help_says(hub_url, room):
+    for text in ("first", "second", "third"):
+        cli(hub_url, "room", "send", "-r", room, text)
+    lines = cli(hub_url, "room", "messages", "-r", room).stdout.splitlines()
+    assert [line.rsplit(": ", 1)[-1] for line in lines] == ["first", "second", "third"]
+    helps = cli(hub_url, "room", "--help").stdout + cli(hub_url, "board", "--help").stdout
+    assert "newest first" not in helps and helps.count("oldest first") == 2

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mycelium.cli.client import call, fail, print_json
+from mycelium.cli.client import call, fail, print_json, refused, request
 from mycelium.cli.common import (
     add_author,
     add_json,
@@ -151,13 +151,20 @@ def _expand(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    rows = call("GET", f"/api/rooms/{path_part(room_of(args))}/memory",
-                params={"prefix": args.prefix, "limit": args.limit, "offset": args.offset})
+    response = request("GET", f"/api/rooms/{path_part(room_of(args))}/memory",
+                       params={"prefix": args.prefix, "limit": args.limit, "offset": args.offset})
+    if response.status >= 400:
+        refused(response)
+    rows = response.json()
     if args.json:
         print_json(rows)
         return 0
     for m in rows:
         print(f"{m['key']}  v{m['version']}  {m['updated_by']}  {m['updated_at']}")
+    total = int(response.headers.get("x-total-count") or 0)
+    after = args.offset + len(rows)
+    if rows and total > after:
+        print(f"… {total - after} more (use --offset {after})", file=sys.stderr)
     return 0
 
 

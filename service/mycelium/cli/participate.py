@@ -75,6 +75,8 @@ def _await(args: argparse.Namespace) -> int:
                 continue
             if args.json:
                 print_json(answer)
+            else:
+                print(f"no message for @{args.handle.lstrip('@')} in {args.timeout:g} s", file=sys.stderr)
             return 1  # nothing came: a shell loop can tell
         if args.command:
             _run(args, room, answer)
