@@ -35,3 +35,31 @@ def test_a_refused_dependency_says_the_row_was_filed_without_it(hub_url, room): 
     out = cli(hub_url, "board", "new", "-r", room, "B", "--key", "work/b", "--depends-on", "work/a", ok=False)
     assert out.returncode == 1 and "filed work/b, but its dependencies were not recorded" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_await_lease_wakes_when_a_dependency_settles(hub_url, room):  # noqa: F811
+    import os
+    import subprocess
+    import sys
+    import time
+
+    cli(hub_url, "board", "new", "-r", room, "Schema", "--key", "work/schema")
+    cli(hub_url, "board", "new", "-r", room, "API", "--key", "work/api", "--depends-on", "work/schema")
+    env = {**os.environ, "MYCELIUM_API_URL": hub_url, "MYCELIUM_ROOM": room}
+    waiter = subprocess.Popen([sys.executable, "-m", "mycelium.cli.main", "await", "--lease", "work/api",
+                               "--timeout", "30"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    time.sleep(2.0)
+    assert waiter.poll() is None  # nothing changed yet: still waiting
+    started = time.monotonic()
+    cli(hub_url, "board", "resolve", "-r", room, "work/schema")
+    out, err = waiter.communicate(timeout=30)
+    assert waiter.returncode == 0, err
+    assert time.monotonic() - started < 10 and out.startswith("work/api: ") and "waits on" not in out
+    quiet = cli(hub_url, "await", "-r", room, "--lease", "work/api", "--timeout", "0.5", ok=False)
+    assert quiet.returncode == 1 and quiet.stderr.strip() == "no change to the lease of work/api in 0.5 s"
+    cli(hub_url, "board", "claim", "-r", room, "work/api", "--as", "nova")
+    claimed = cli(hub_url, "await", "-r", room, "--lease", "work/api", "--timeout", "1", ok=False)
+    assert claimed.returncode == 1  # a change before the call is its starting point, not a wake
+    missing = cli(hub_url, "await", "-r", room, "--lease", "work/none", "--timeout", "1", ok=False)
+    assert missing.returncode == 1 and "404" in missing.stderr

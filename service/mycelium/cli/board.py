@@ -136,7 +136,7 @@ def _line(row: dict[str, Any]) -> str:
     return f"{row['short_id']}  {row['key']:<40} {status:<10} {lease:<18} {title}{waits}{blocked}"
 
 
-def _lease_line(lease: dict[str, Any]) -> str:
+def lease_line(lease: dict[str, Any]) -> str:
     who = f" @{lease['owner']}" if lease.get("owner") else ""
     fresh = f" ({lease['freshness']})" if lease.get("freshness") else ""
     note = f"  {lease['assignment_note']}" if lease.get("assignment_note") else ""
@@ -211,19 +211,19 @@ def _detail(row: dict[str, Any]) -> str:
 def _claim(args: argparse.Namespace) -> int:
     body = {"key": _key(args), "handle": handle_of(args), "ttl_minutes": args.ttl, "force": args.force}
     lease = call("POST", f"{_base(args)}/assignments/claim", json_body=body)
-    return _out(args, lease, _lease_line(lease))
+    return _out(args, lease, lease_line(lease))
 
 
 def _release(args: argparse.Namespace) -> int:
     body = {"key": _key(args), "handle": handle_of(args), "note": args.note}
     lease = call("POST", f"{_base(args)}/assignments/release", json_body=body)
-    return _out(args, lease, _lease_line(lease))
+    return _out(args, lease, lease_line(lease))
 
 
 def _resolve(args: argparse.Namespace) -> int:
     body = {"key": _key(args), "handle": handle_of(args)}
     lease = call("POST", f"{_base(args)}/assignments/resolve", json_body=body)
-    return _out(args, lease, _lease_line(lease))
+    return _out(args, lease, lease_line(lease))
 
 
 def _renew(args: argparse.Namespace) -> int:
