@@ -38,7 +38,7 @@ def room(hub_url, request):
 def cli(url, *args, ok=True, stdin=None, env=None, timeout=60):
     full_env = {**os.environ, "MYCELIUM_API_URL": url, "MYCELIUM_HANDLE": "ana", **(env or {})}
     out = subprocess.run([sys.executable, "-m", "mycelium.cli.main", *args], capture_output=True, text=True,
-                         env=full_env, input=stdin, timeout=timeout)
+                         env=full_env, input="" if stdin is None else stdin, timeout=timeout)
     if ok:
         assert out.returncode == 0, out.stderr
     return out
@@ -191,3 +191,75 @@ def test_room_messages_prints_in_the_order_its_help_says(hub_url, room):
     assert [line.rsplit(": ", 1)[-1] for line in lines] == ["first", "second", "third"]
     helps = cli(hub_url, "room", "--help").stdout + cli(hub_url, "board", "--help").stdout
     assert "newest first" not in helps and helps.count("oldest first") == 2
+
+
+# -- item 15: destructive commands ask first ------------------------------------------------------
+
+
+def on_a_terminal(url: str, *args: str, answer: str, env: dict | None = None) -> tuple[int, str]:
+    """Run the CLI with a pseudo-terminal as stdin/stdout, type ``answer``, return status and output."""
+    import pty
+    import select
+
+    main, child = pty.openpty()
+    full_env = {**os.environ, "MYCELIUM_API_URL": url, "MYCELIUM_HANDLE": "ana", **(env or {})}
+    proc = subprocess.Popen([sys.executable, "-m", "mycelium.cli.main", *args], stdin=child, stdout=child,
+                            stderr=child, env=full_env, close_fds=True)
+    os.close(child)
+    seen = b""
+    try:
+        while b"[y/N]" not in seen:  # the prompt, then the answer
+            ready, _, _ = select.select([main], [], [], 30)
+            assert ready, seen
+            seen += os.read(main, 4096)
+        os.write(main, answer.encode() + b"\n")
+        status = proc.wait(timeout=60)
+        while select.select([main], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(main)
+    return status, seen.decode(errors="replace")
+
+
+def room_exists(url: str, name: str) -> bool:
+    return httpx.get(f"{url}/api/rooms/{name}").status_code == 200
+
+
+def test_room_rm_asks_on_a_terminal_and_refuses_without_one_unless_yes(hub_url, room):
+    piped = cli(hub_url, "room", "rm", room, ok=False)
+    assert piped.returncode == 1 and "--yes" in piped.stderr and room_exists(hub_url, room)
+    status, seen = on_a_terminal(hub_url, "room", "rm", room, answer="n")
+    assert status == 1 and f"delete room {room}" in seen and room_exists(hub_url, room)
+    status, seen = on_a_terminal(hub_url, "room", "rm", room, answer="y")
+    assert status == 0 and f"deleted room {room}" in seen and not room_exists(hub_url, room)
+    httpx.post(hub_url + "/api/rooms", json={"name": room})
+    cli(hub_url, "room", "rm", room, "--yes")
+    assert not room_exists(hub_url, room)
+    missing = cli(hub_url, "room", "rm", room, "--yes", ok=False)
+    assert missing.returncode == 1 and "404" in missing.stderr
+
+
+def test_db_downgrade_asks_on_a_terminal_and_refuses_without_one_unless_yes(pg_server, tmp_path):
+    from mycelium.db import migrate
+
+    name = asyncio.run(pg_server.create_database())
+    dsn = pg_server.dsn(name)
+    try:
+        head = asyncio.run(migrate.current_revision(dsn))
+        piped = cli("http://unused", "db", "downgrade", "base", "--database-url", dsn, ok=False)
+        assert piped.returncode == 1 and "--yes" in piped.stderr and "Traceback" not in piped.stderr
+        assert asyncio.run(migrate.current_revision(dsn)) == head
+        status, seen = on_a_terminal("http://unused", "db", "downgrade", "base", "--database-url", dsn,
+                                     answer="no")
+        assert status == 1 and f"from {head} to base" in seen
+        assert asyncio.run(migrate.current_revision(dsn)) == head
+        done = cli("http://unused", "db", "downgrade", "base", "--database-url", dsn, "--yes")
+        assert "database at base" in done.stdout and asyncio.run(migrate.current_revision(dsn)) is None
+    finally:
+        asyncio.run(pg_server.drop_database(name))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import quote
@@ -38,6 +39,26 @@ def no_hub_data(where: environment.DataDir, what: str) -> NoReturn:
          "  `mycelium up` creates a hub there (it is the only command that creates one);\n"
          "  another hub's data: --data-dir DIR or MYCELIUM_DATA_DIR=DIR;\n"
          "  a PostgreSQL server instead: --database-url URL or DATABASE_URL=URL")
+
+
+def add_yes(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-y", "--yes", action="store_true",
+                   help="do not ask for confirmation (needed when stdin is not a terminal)")
+
+
+def confirm(args: argparse.Namespace, what: str) -> None:
+    """Go on only if the user agrees to ``what`` (a question): ``--yes``, or ``y`` typed at the
+    prompt on a terminal. Without a terminal and without ``--yes`` the command is refused."""
+    if getattr(args, "yes", False):
+        return
+    if not sys.stdin.isatty():
+        fail(f"{what} — refused: stdin is not a terminal to confirm on; pass --yes to go ahead")
+    try:
+        answer = input(f"{what} [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        fail("not confirmed; nothing was changed")
 
 
 def room_of(args: argparse.Namespace) -> str:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from mycelium import environment
 from mycelium.cli.client import fail
-from mycelium.cli.common import add_database_options, no_hub_data
+from mycelium.cli.common import add_database_options, add_yes, confirm, no_hub_data
 
 if TYPE_CHECKING:
     from mycelium.db.embedded import EmbeddedPostgres
@@ -34,6 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                            ("psql", "open psql on the hub's database")):
         a = dsub.add_parser(name, help=helptext)
         add_database_options(a)
+        if name == "downgrade":
+            add_yes(a)
         if name in ("upgrade", "downgrade"):
             a.add_argument("revision", nargs="?" if name == "upgrade" else None,
                            default="head" if name == "upgrade" else None)
@@ -91,9 +93,16 @@ def _upgrade(args: argparse.Namespace) -> int:
 
 
 def _downgrade(args: argparse.Namespace) -> int:
+    import asyncio
+
     from mycelium.db import migrate
 
     with database(args) as (dsn, _):
+        now = asyncio.run(migrate.current_revision(dsn)) or "base"
+        loses = "removes the hub's schema and all its data" if args.revision == "base" else \
+            "drops what later revisions added, with their data"
+        confirm(args, f"downgrade the database at {_shown(dsn)} from {now} to {args.revision}? "
+                      f"This {loses}.")
         migrate.downgrade(dsn, args.revision)
     print(f"database at {args.revision}")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mycelium.cli.client import call, print_json
-from mycelium.cli.common import add_author, add_json, human_fields, path_part
+from mycelium.cli.common import add_author, add_json, add_yes, confirm, human_fields, path_part
 from mycelium.cli.room_messages import register_room_commands
 
 
@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     rm = rsub.add_parser("rm", help="delete a room and everything in it")
     rm.add_argument("name")
+    add_yes(rm)
     rm.set_defaults(func=_rm)
 
     register_room_commands(rsub)
@@ -78,6 +79,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _rm(args: argparse.Namespace) -> int:
+    room = call("GET", f"/api/rooms/{path_part(args.name)}")  # a missing room is refused before asking
+    confirm(args, f"delete room {room['name']} and everything in it (memories, board, messages)?")
     call("DELETE", f"/api/rooms/{path_part(args.name)}")
     print(f"deleted room {args.name}")
     return 0
