@@ -263,3 +263,38 @@ def test_db_downgrade_asks_on_a_terminal_and_refuses_without_one_unless_yes(pg_s
         assert "database at base" in done.stdout and asyncio.run(migrate.current_revision(dsn)) is None
     finally:
         asyncio.run(pg_server.drop_database(name))
+
+
+# -- item 16: db psql takes psql's flags as psql does, and works as the owner ---------------------
+
+
+def test_db_psql_passes_psql_flags_through_and_works_as_the_owner(pg_server):
+    name = asyncio.run(pg_server.create_database())
+    dsn = pg_server.dsn(name)
+    try:
+        def psql(*args: str) -> str:
+            return cli("http://unused", "db", "psql", *args).stdout.strip()
+
+        url_user = psql("--database-url", dsn, "-X", "-At", "-c", "SELECT current_user")
+        assert url_user == psql("--database-url", dsn, "--", "-At", "-c", "SELECT session_user")
+        assert psql("--database-url", dsn, "--as", "auditor", "-At", "-c", "SELECT current_user") == \
+            "mycelium_auditor"
+        assert psql("--database-url", dsn, "--as", "admin", "-At", "-c", "SELECT current_user") == \
+            "mycelium_admin"
+        if pg_server.embedded is None:
+            return
+        # the embedded server (its own database): the owner by default, as the README says
+        folder = str(pg_server.embedded.data_dir)
+        assert psql("--data-dir", folder, "-At", "-c", "SELECT current_user") == "mycelium_admin"
+        assert psql("--data-dir", folder, "--as", "app", "-At", "-c", "SELECT current_user") == "mycelium_app"
+        assert psql("--data-dir", folder, "--as", "superuser", "-At", "-c", "SELECT current_user") == "postgres"
+    finally:
+        asyncio.run(pg_server.drop_database(name))
+
+
+def test_mycelium_version(hub_url):
+    from mycelium import __version__
+
+    for flag in ("--version", "-V"):
+        out = cli(hub_url, flag)
+        assert out.stdout.strip() == f"mycelium {__version__}"

@@ -62,9 +62,25 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """The arguments of a command line (``argv`` without the program name)."""
+    """The arguments of a command line (``argv`` without the program name). A command that passes
+    arguments on to another program (``db psql``) sets ``passthrough``: what it does not know itself
+    goes there, in order, so ``mycelium db psql -c 'SELECT 1'`` needs no ``--``."""
     command = argv[0] if argv and argv[0] in COMMANDS else None
-    return build_parser(command).parse_args(argv)
+    parser = build_parser(command)
+    if not argv or argv[0] in ("-V", "--version"):
+        parser.add_argument("-V", "--version", action="version", version=f"mycelium {version()}")
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "passthrough", None) is None:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        args.passthrough = [*extra, *args.passthrough]
+    return args
+
+
+def version() -> str:
+    from mycelium import __version__
+
+    return __version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
