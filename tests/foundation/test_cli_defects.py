@@ -295,6 +295,7 @@ def test_db_psql_passes_psql_flags_through_and_works_as_the_owner(pg_server):
 def test_mycelium_version(hub_url):
     from mycelium import __version__
 
+    assert "--version" in cli(hub_url, "--help").stdout
     for flag in ("--version", "-V"):
         out = cli(hub_url, flag)
         assert out.stdout.strip() == f"mycelium {__version__}"

@@ -67,7 +67,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     goes there, in order, so ``mycelium db psql -c 'SELECT 1'`` needs no ``--``."""
     command = argv[0] if argv and argv[0] in COMMANDS else None
     parser = build_parser(command)
-    if not argv or argv[0] in ("-V", "--version"):
+    if command is None:
         parser.add_argument("-V", "--version", action="version", version=f"mycelium {version()}")
     args, extra = parser.parse_known_args(argv)
     if extra and getattr(args, "passthrough", None) is None:
