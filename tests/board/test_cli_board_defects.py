@@ -22,7 +22,7 @@ def test_board_new_files_dependencies_and_a_parent_and_show_lists_them(hub_url, 
     shown = cli(hub_url, "board", "show", "-r", room, "work/api").stdout
     lines = dict(line.split(": ", 1) for line in shown.splitlines()[1:])
     assert set(lines["waits on"].split(", ")) == {"work/schema", "work/migrate"}
-    assert lines["assignee"] == "@julia" and lines["part of"] == "work/schema"
+    assert lines["assignee"] == "@julia" and lines["part of"] == "work/schema" and "_" not in lines["attention"]
     assert lines["lease"].startswith("held by @nova until ") and row["key"] == "work/api"
     cli(hub_url, "board", "resolve", "-r", room, "work/schema")
     cli(hub_url, "board", "resolve", "-r", room, "work/migrate")

@@ -204,7 +204,7 @@ def _detail(row: dict[str, Any]) -> str:
         "title": row.get("title"), "status": row.get("status"),
         "assignee": f"@{assignee.lstrip('@')}" if assignee else None,
         "lease": lease, "waits on": row.get("waiting_on"), "blocked on": row.get("blocked_by"),
-        "part of": row.get("parent"), "needs": row.get("attention"),
+        "part of": row.get("parent"), "attention": (row.get("attention") or "").replace("_", " ") or None,
     })
 
 
