@@ -137,7 +137,7 @@ async def test_the_board_cli_drives_a_real_hub(hubs, admin_conn):
     listed = json.loads(cli(url, "ls", "--filter", "in-flight", "--json").stdout)
     assert [r["key"] for r in listed] == ["work/write-the-docs"]
     assert cli(url, "block", "work/schema-first", "--on", "#502", "--as", "ops").returncode == 0
-    assert "blocked on #502" in cli(url, "show", "work/schema-first").stdout
+    assert "blocked on: #502" in cli(url, "show", "work/schema-first").stdout
     assert cli(url, "unblock", "work/schema-first", "--as", "ops").returncode == 0
     assert cli(url, "resolve", "work/schema-first", "--as", "db").returncode == 0
     resolved = cli(url, "resolve", short, "--as", "bob")

@@ -46,8 +46,8 @@ async def test_a_conversation_from_the_command_line(hub_process, task):
     assert "@bob: yes" in room and "wrote in thread" not in room  # pings are not chat
     found = (await mycelium(url, "room", "search", "from:api in:thread")).stdout
     assert "2 of 2" in found and "[Add Apple Pay]" in found
-    problems = (await mycelium(url, "room", "search", "stance:maybe")).stdout
-    assert "! stance:maybe" in problems
+    problems = await mycelium(url, "room", "search", "stance:maybe", ok=False)
+    assert problems.returncode == 1 and "! stance:maybe" in problems.stderr
     carol = json.loads((await mycelium(url, "await", "--handle", "carol", "--task", task.key,
                                        "--timeout", "5", "--json")).stdout)
     assert carol["prompt"] == "thread talk @carol" and carol["episode"] == task.episode

@@ -51,7 +51,7 @@ def test_rooms_and_memories_from_the_command_line(hub_url, tmp_path):
     assert [line.split()[:2] for line in history] == [["v1", "write"], ["v1", "delete"]]
     missing = cli(hub_url, "memory", "get", "-r", "atlas", "notes/cat", ok=False)
     assert missing.returncode == 1 and "404" in missing.stderr
-    cli(hub_url, "room", "rm", "atlas")
+    cli(hub_url, "room", "rm", "atlas", "--yes")
     assert cli(hub_url, "room", "ls").stdout.strip() == ""
 
 

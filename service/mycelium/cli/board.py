@@ -4,10 +4,20 @@ and the dependency gate. A row is named by its key or its thread's short id."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from mycelium.cli.client import call, fail, print_json
-from mycelium.cli.common import add_author, add_json, add_room, handle_of, key_values, path_part, room_of
+from mycelium.cli.client import call, fail, print_json, refused, request
+from mycelium.cli.common import (
+    add_author,
+    add_json,
+    add_room,
+    handle_of,
+    human_fields,
+    key_values,
+    path_part,
+    room_of,
+)
 from mycelium.cli.room_messages import register_thread_commands
 
 FILTERS = ("needs-you", "in-flight", "resolved", "all")
@@ -21,7 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     n = bsub.add_parser("new", help="file a task in work/")
     n.add_argument("title")
     n.add_argument("--assign", metavar="@HANDLE", help="who it is for")
-    n.add_argument("--parent", metavar="KEY", help="the task it is part of")
+    n.add_argument("--parent", metavar="KEY", help="the task it is part of (its part-of field)")
+    n.add_argument("--depends-on", dest="depends_on", action="append", default=[], metavar="KEY",
+                   help="a row it waits on until that row is settled (its depends-on field; repeatable)")
     n.add_argument("--key", help="the row's key (default work/<slug of the title>)")
     _common(n, json_out=True, author=True)
     n.set_defaults(func=_new)
@@ -81,7 +93,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     f = bsub.add_parser("fields", help="read a row's fields, or write some with --set")
     f.add_argument("row")
     f.add_argument("-s", "--set", action="append", default=[], metavar="K=V",
-                   help="write a field (value parsed as YAML; empty clears it; repeatable)")
+                   help="write a field (a JSON literal such as true, 3, [\"a\"] as typed, else the text; "
+                        "empty clears it; repeatable)")
     _common(f, json_out=True, author=True)
     f.set_defaults(func=_fields)
 
@@ -123,7 +136,7 @@ def _line(row: dict[str, Any]) -> str:
     return f"{row['short_id']}  {row['key']:<40} {status:<10} {lease:<18} {title}{waits}{blocked}"
 
 
-def _lease_line(lease: dict[str, Any]) -> str:
+def lease_line(lease: dict[str, Any]) -> str:
     who = f" @{lease['owner']}" if lease.get("owner") else ""
     fresh = f" ({lease['freshness']})" if lease.get("freshness") else ""
     note = f"  {lease['assignment_note']}" if lease.get("assignment_note") else ""
@@ -147,7 +160,21 @@ def _new(args: argparse.Namespace) -> int:
     if args.assign:
         body["assignee"] = args.assign
     m = call("POST", f"{_base(args)}/tasks", json_body=body)
-    return _out(args, m, f"{m['key']}  thread {m['episode'].rsplit(':', 1)[-1]}")
+    text = f"{m['key']}  thread {m['episode'].rsplit(':', 1)[-1]}"
+    if args.depends_on:
+        m = _depend(args, m["key"], args.depends_on)
+        text += f"  waits on {', '.join(args.depends_on)}"
+    return _out(args, m, text)
+
+
+def _depend(args: argparse.Namespace, key: str, on: list[str]) -> Any:
+    """Write the new row's depends-on field; a refusal says the row was filed without it."""
+    body = {"key": key, "handle": handle_of(args), "fields": {"depends-on": on}}
+    response = request("POST", f"{_base(args)}/fields", json_body=body)
+    if response.status >= 400:
+        print(f"filed {key}, but its dependencies were not recorded:", file=sys.stderr)
+        refused(response)
+    return response.json()
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -158,25 +185,45 @@ def _ls(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     row = call("GET", f"{_base(args)}/tasks/{path_part(args.row)}")
-    return _out(args, row, _line(row))
+    return _out(args, row, _detail(row))
+
+
+def _detail(row: dict[str, Any]) -> str:
+    """One row for ``show``: what it is, who it is for, its lease and what it waits on."""
+    lease = row.get("assignment") or "—"
+    if row.get("owner") and lease in ("held", "expired"):
+        lease += f" by @{row['owner']}"
+    if row.get("expires_at") and row.get("assignment") == "held":
+        lease += f" until {row['expires_at']}"
+    elif row.get("expires_at") and row.get("assignment") == "expired":
+        lease += f" (ended {row['expires_at']})"
+    if row.get("freshness"):
+        lease += f" ({row['freshness']})"
+    assignee = row.get("assignee")
+    return f"{row['short_id']}  {row['key']}\n" + human_fields({
+        "title": row.get("title"), "status": row.get("status"),
+        "assignee": f"@{assignee.lstrip('@')}" if assignee else None,
+        "lease": lease, "waits on": row.get("waiting_on"), "blocked on": row.get("blocked_by"),
+        "part of": row.get("parent"), "attention": (row.get("attention") or "").replace("_", " ") or None,
+    })
 
 
 def _claim(args: argparse.Namespace) -> int:
     body = {"key": _key(args), "handle": handle_of(args), "ttl_minutes": args.ttl, "force": args.force}
     lease = call("POST", f"{_base(args)}/assignments/claim", json_body=body)
-    return _out(args, lease, _lease_line(lease))
+    return _out(args, lease, lease_line(lease))
 
 
 def _release(args: argparse.Namespace) -> int:
     body = {"key": _key(args), "handle": handle_of(args), "note": args.note}
     lease = call("POST", f"{_base(args)}/assignments/release", json_body=body)
-    return _out(args, lease, _lease_line(lease))
+    return _out(args, lease, lease_line(lease))
 
 
 def _resolve(args: argparse.Namespace) -> int:
     body = {"key": _key(args), "handle": handle_of(args)}
     lease = call("POST", f"{_base(args)}/assignments/resolve", json_body=body)
-    return _out(args, lease, _lease_line(lease))
+    return _out(args, lease, lease_line(lease))
 
 
 def _renew(args: argparse.Namespace) -> int:
@@ -204,7 +251,7 @@ def _fields(args: argparse.Namespace) -> int:
         body = {"key": key, "handle": handle_of(args), "fields": key_values(args.set, "--set")}
         call("POST", f"{_base(args)}/fields", json_body=body)
     got = call("GET", f"{_base(args)}/fields/{path_part(key)}")
-    text = "\n".join(f"{k}: {v}" for k, v in got["fields"].items()) or "(no fields)"
+    text = human_fields(got["fields"]) or "(no fields)"
     return _out(args, got, text)
 
 
@@ -218,5 +265,9 @@ def _gate(args: argparse.Namespace) -> int:
         enabled = {"on": True, "off": False, "clear": None}[args.state]
         got = call("PUT", path, json_body={"enabled": enabled, "handle": handle_of(args)})
     where = "hub" if args.hub else f"room {got['room']}"
-    return _out(args, got, f"dependency gate ({where}): {'on' if got['dependency_gate'] else 'off'}"
-                           f"  (room: {got['room_setting']}, hub: {got['hub_setting']})")
+    return _out(args, got, f"dependency gate ({where}): {_on_off(got['dependency_gate'])}"
+                           f"  (room: {_on_off(got['room_setting'])}, hub: {_on_off(got['hub_setting'])})")
+
+
+def _on_off(setting: bool | None) -> str:
+    return "not set" if setting is None else "on" if setting else "off"

@@ -40,11 +40,12 @@ def api_url() -> str:
 
 
 class Response:
-    __slots__ = ("body", "status")
+    __slots__ = ("body", "headers", "status")
 
-    def __init__(self, status: int, body: bytes) -> None:
+    def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.status = status
         self.body = body
+        self.headers = headers or {}  # names in lower case
 
     @property
     def text(self) -> str:
@@ -75,7 +76,8 @@ def request(method: str, path: str, *, json_body: Any = None, params: dict[str, 
             headers["Content-Type"] = "application/json"
         conn.request(method, target, body=body, headers=headers)
         response = conn.getresponse()
-        return Response(response.status, response.read())
+        headers = {name.lower(): value for name, value in response.getheaders()}
+        return Response(response.status, response.read(), headers)
     except (OSError, http.client.HTTPException) as exc:
         unreachable(exc)
     finally:

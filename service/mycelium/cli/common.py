@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import quote
@@ -39,6 +41,26 @@ def no_hub_data(where: environment.DataDir, what: str) -> NoReturn:
          "  a PostgreSQL server instead: --database-url URL or DATABASE_URL=URL")
 
 
+def add_yes(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-y", "--yes", action="store_true",
+                   help="do not ask for confirmation (needed when stdin is not a terminal)")
+
+
+def confirm(args: argparse.Namespace, what: str) -> None:
+    """Go on only if the user agrees to ``what`` (a question): ``--yes``, or ``y`` typed at the
+    prompt on a terminal. Without a terminal and without ``--yes`` the command is refused."""
+    if getattr(args, "yes", False):
+        return
+    if not sys.stdin.isatty():
+        fail(f"{what} — refused: stdin is not a terminal to confirm on; pass --yes to go ahead")
+    try:
+        answer = input(f"{what} [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        fail("not confirmed; nothing was changed")
+
+
 def room_of(args: argparse.Namespace) -> str:
     room = getattr(args, "room", None) or environment.room()
     if not room:
@@ -51,20 +73,52 @@ def handle_of(args: argparse.Namespace) -> str:
 
 
 def key_values(pairs: list[str], flag: str) -> dict[str, Any]:
-    """``K=V`` arguments as a dict, each value parsed as YAML (``on``, ``3``, ``[a, b]``); ``K=``
-    is None."""
-    import yaml
-
+    """``K=V`` arguments as a dict; ``K=`` is None. See ``literal`` for how a value is read."""
     values: dict[str, Any] = {}
     for pair in pairs:
         if "=" not in pair:
             fail(f"{flag} takes K=V, got {pair!r}")
         k, v = pair.split("=", 1)
-        try:
-            values[k.strip()] = yaml.safe_load(v) if v else None
-        except yaml.YAMLError as exc:
-            fail(f"{flag} {pair!r}: the value is not YAML: {exc}")
+        if not k.strip():
+            fail(f"{flag} {pair!r}: the name before '=' is empty")
+        values[k.strip()] = literal(v) if v else None
     return values
+
+
+def literal(text: str) -> Any:
+    """A JSON literal as typed (``true``, ``3``, ``[1, "a"]``, ``{"a": 1}``, ``"quoted"``, ``null``),
+    anything else the string typed: ``no``, ``007``, ``1.10`` and ``2024-06-01`` stay strings (a
+    number is taken only when JSON writes it back the way it was typed)."""
+    try:
+        value = json.loads(text, parse_constant=_not_json)
+    except ValueError:
+        return text
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and json.dumps(value) != text.strip():
+        return text
+    return value
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def human(value: Any) -> str:
+    """A value as text for a person: no value is ``—``, booleans are yes/no, lists are joined with
+    commas, mappings are JSON; never a Python repr."""
+    if value is None or value == []:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(human(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
+
+
+def human_fields(fields: dict[str, Any]) -> str:
+    """``name: value`` lines, values as ``human`` writes them."""
+    return "\n".join(f"{k}: {human(v)}" for k, v in fields.items())
 
 
 def path_part(value: str) -> str:

@@ -18,10 +18,13 @@ from typing import TYPE_CHECKING
 
 from mycelium import environment
 from mycelium.cli.client import fail
-from mycelium.cli.common import add_database_options, no_hub_data
+from mycelium.cli.common import add_database_options, add_yes, confirm, no_hub_data
 
 if TYPE_CHECKING:
     from mycelium.db.embedded import EmbeddedPostgres
+
+#: the roles ``db psql --as`` takes
+ROLES = ("admin", "app", "auditor", "superuser")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -34,13 +37,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                            ("psql", "open psql on the hub's database")):
         a = dsub.add_parser(name, help=helptext)
         add_database_options(a)
+        if name == "downgrade":
+            add_yes(a)
         if name in ("upgrade", "downgrade"):
             a.add_argument("revision", nargs="?" if name == "upgrade" else None,
                            default="head" if name == "upgrade" else None)
         if name == "psql":
-            a.add_argument("--as", dest="role", choices=["admin", "app", "auditor"], default="admin",
-                           help="connect as the owner (default), the app role or the auditor role")
-            a.add_argument("psql_args", nargs=argparse.REMAINDER, help="passed on to psql (after --)")
+            a.add_argument("--as", dest="role", choices=ROLES,
+                           help="the role to work as: admin, the owner (the default on the embedded "
+                                "server; a DATABASE_URL's own user otherwise), app, auditor, or "
+                                "superuser (the embedded server's postgres)")
+            a.add_argument("passthrough", nargs=argparse.REMAINDER, metavar="PSQL_ARGS",
+                           help="anything else is passed on to psql (-c 'SELECT 1', -f file.sql, …; "
+                                "after -- for flags that are also this command's)")
         a.set_defaults(func=globals()[f"_{name}"])
 
 
@@ -91,9 +100,16 @@ def _upgrade(args: argparse.Namespace) -> int:
 
 
 def _downgrade(args: argparse.Namespace) -> int:
+    import asyncio
+
     from mycelium.db import migrate
 
     with database(args) as (dsn, _):
+        now = asyncio.run(migrate.current_revision(dsn)) or "base"
+        loses = "removes the hub's schema and all its data" if args.revision == "base" else \
+            "drops what later revisions added, with their data"
+        confirm(args, f"downgrade the database at {_shown(dsn)} from {now} to {args.revision}? "
+                      f"This {loses}.")
         migrate.downgrade(dsn, args.revision)
     print(f"database at {args.revision}")
     return 0
@@ -110,16 +126,22 @@ def _current(args: argparse.Namespace) -> int:
 
 
 def _psql(args: argparse.Namespace) -> int:
-    extra = [a for a in args.psql_args if a != "--"]
+    """psql on the hub's database. On the embedded server the default is the owner role
+    ``mycelium_admin`` (a role nobody logs in as: the session is the superuser's, working as the
+    owner until ``RESET ROLE``); on a DATABASE_URL, its user, or the role ``--as`` names."""
+    extra = list(args.passthrough)
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
+    env = dict(os.environ)
+    env.setdefault("PSQLRC", os.devnull)
     with database(args) as (dsn, server):
-        if server is not None:
-            command = server.psql_command()
-            if args.role != "admin":
-                command = server.psql_command(user=f"mycelium_{args.role}")
+        role = args.role or ("admin" if server is not None else None)
+        if server is not None and role in ("app", "auditor"):
+            command = server.psql_command(user=f"mycelium_{role}")  # roles that log in
         else:
-            command = [_psql_binary(), dsn]
-        env = dict(os.environ)
-        env.setdefault("PSQLRC", os.devnull)
+            command = server.psql_command() if server is not None else [_psql_binary(), dsn]
+            if role in ("admin", "app", "auditor"):
+                env["PGOPTIONS"] = f"{env.get('PGOPTIONS', '')} -c role=mycelium_{role}".strip()
         return subprocess.call([*command, *extra], env=env)
 
 

@@ -15,6 +15,9 @@ from typing import NoReturn
 
 DESCRIPTION = "Mycelium hub: coordination for AI agents on PostgreSQL."
 
+#: exit status after Ctrl-C (128 + SIGINT), as a shell reports it
+INTERRUPTED = 130
+
 #: command -> (module, one line of help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("mycelium.cli.up", "run the hub (HTTP API, workers, embedded database by default)"),
@@ -60,17 +63,37 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """The arguments of a command line (``argv`` without the program name)."""
+    """The arguments of a command line (``argv`` without the program name). A command that passes
+    arguments on to another program (``db psql``) sets ``passthrough``: what it does not know itself
+    goes there, in order, so ``mycelium db psql -c 'SELECT 1'`` needs no ``--``."""
     command = argv[0] if argv and argv[0] in COMMANDS else None
-    return build_parser(command).parse_args(argv)
+    parser = build_parser(command)
+    if command is None:
+        parser.add_argument("-V", "--version", action="version", version=f"mycelium {version()}")
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "passthrough", None) is None:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        args.passthrough = [*extra, *args.passthrough]
+    return args
+
+
+def version() -> str:
+    from mycelium import __version__
+
+    return __version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        result = args.func(args)
-    except ModuleNotFoundError as exc:
-        lacking(args.command, exc)
+        args = parse_args(list(sys.argv[1:] if argv is None else argv))
+        try:
+            result = args.func(args)
+        except ModuleNotFoundError as exc:
+            lacking(args.command, exc)
+    except KeyboardInterrupt:  # Ctrl-C: the shell's status for SIGINT, and no traceback
+        print(file=sys.stderr)
+        return INTERRUPTED
     return int(result or 0)
 
 

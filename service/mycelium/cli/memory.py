@@ -7,8 +7,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mycelium.cli.client import call, fail, print_json
-from mycelium.cli.common import add_author, add_json, add_room, handle_of, key_values, path_part, room_of
+from mycelium.cli.client import call, fail, print_json, refused, request
+from mycelium.cli.common import (
+    add_author,
+    add_json,
+    add_room,
+    handle_of,
+    human_fields,
+    key_values,
+    path_part,
+    room_of,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -21,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.add_argument("text", nargs="?", help="the body (or use -f)")
     s.add_argument("-f", "--file", help="read the body from a file ('-' for stdin)")
     s.add_argument("-m", "--meta", action="append", default=[], metavar="K=V",
-                   help="frontmatter field (value parsed as YAML; repeatable)")
+                   help="frontmatter field (a JSON literal such as true, 3, [\"a\"] as typed, else the "
+                        "text; repeatable)")
     s.add_argument("-t", "--tags", help="comma-separated tags")
     s.add_argument("--base-version", type=int, help="refuse (409) unless the memory is at this version")
     s.add_argument("--no-embed", action="store_true", help="keep the previous vector")
@@ -123,8 +133,8 @@ def _get(args: argparse.Namespace) -> int:
         print(f"thread: {m['episode']}")
         if m["tags"]:
             print(f"tags: {', '.join(m['tags'])}")
-        for k, v in m["meta"].items():
-            print(f"{k}: {v}")
+        if m["meta"]:
+            print(human_fields(m["meta"]))
         print()
         print(body)
     return 0
@@ -141,13 +151,20 @@ def _expand(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    rows = call("GET", f"/api/rooms/{path_part(room_of(args))}/memory",
-                params={"prefix": args.prefix, "limit": args.limit, "offset": args.offset})
+    response = request("GET", f"/api/rooms/{path_part(room_of(args))}/memory",
+                       params={"prefix": args.prefix, "limit": args.limit, "offset": args.offset})
+    if response.status >= 400:
+        refused(response)
+    rows = response.json()
     if args.json:
         print_json(rows)
         return 0
     for m in rows:
         print(f"{m['key']}  v{m['version']}  {m['updated_by']}  {m['updated_at']}")
+    total = int(response.headers.get("x-total-count") or 0)
+    after = args.offset + len(rows)
+    if rows and total > after:
+        print(f"… {total - after} more (use --offset {after})", file=sys.stderr)
     return 0
 
 

@@ -4,7 +4,9 @@
 in the database, so nothing is missed between turns); ``--loop`` keeps waiting, renewing the
 handle's held leases each round, and ``--exec`` runs a command per message (the message as JSON on
 stdin, its parts in ``MYCELIUM_*`` variables) whose output, if any, is the reply in the thread the
-message came from. ``respond`` posts a reply; ``[[mycelium: …]]`` markers in it become payload.
+message came from; ``--lease ROW`` waits instead for a row's lease to change (claimed, released,
+expired, settled, or what it waits on), which is how an agent waits for a dependency. ``respond``
+posts a reply; ``[[mycelium: …]]`` markers in it become payload.
 """
 
 from __future__ import annotations
@@ -13,21 +15,27 @@ import argparse
 import json
 import os
 import sys
+import time
 from typing import Any
 
-from mycelium.cli.client import call, print_json
+from mycelium.cli.client import call, fail, print_json
 from mycelium.cli.common import add_json, add_room, path_part, room_of
 
 #: One poll's longest wait; the loop simply asks again.
 POLL_SECONDS = 300.0
+#: the hub's longest wait on a lease; a longer --timeout asks again
+LEASE_ROUND_SECONDS = 60.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     a = sub.add_parser("await")
-    a.add_argument("--handle", required=True, help="who is waiting")
+    a.add_argument("--handle", help="who is waiting (for messages; not needed with --lease)")
     where = a.add_mutually_exclusive_group()
     where.add_argument("--task", help="wake only on this task's thread (row key or short thread id)")
     where.add_argument("--episode", help="wake only on this thread (URN or short id)")
+    where.add_argument("--lease", metavar="ROW",
+                       help="wait instead for a row's lease to change: claimed, released, expired, "
+                            "settled, or what it waits on (row key or short thread id)")
     a.add_argument("--timeout", type=float, default=POLL_SECONDS,
                    help=f"seconds to wait (default {POLL_SECONDS:.0f}; with --loop, per round)")
     a.add_argument("--loop", action="store_true", help="keep waiting; renew held leases each round")
@@ -63,6 +71,12 @@ def _print_message(args: argparse.Namespace, answer: dict[str, Any]) -> None:
 
 def _await(args: argparse.Namespace) -> int:
     room = room_of(args)
+    if args.lease:
+        if args.command:
+            fail("--exec runs per message; it does not go with --lease")
+        return _await_lease(args, room)
+    if not args.handle:
+        fail("await needs --handle (who is waiting), or --lease ROW")
     episode = thread_of(room, args.task, args.episode)
     base = f"/api/rooms/{path_part(room)}"
     while True:
@@ -75,6 +89,8 @@ def _await(args: argparse.Namespace) -> int:
                 continue
             if args.json:
                 print_json(answer)
+            else:
+                print(f"no message for @{args.handle.lstrip('@')} in {args.timeout:g} s", file=sys.stderr)
             return 1  # nothing came: a shell loop can tell
         if args.command:
             _run(args, room, answer)
@@ -82,6 +98,36 @@ def _await(args: argparse.Namespace) -> int:
             _print_message(args, answer)
         if not args.loop:
             return 0
+
+
+def _await_lease(args: argparse.Namespace, room: str) -> int:
+    """Wait until the row's lease changes (``/assignments/await``, asked again every round of at most
+    ``LEASE_ROUND_SECONDS``); print it as it is then. Exit 1 when the time runs out unchanged."""
+    from mycelium.cli.board import lease_line
+
+    base = f"/api/rooms/{path_part(room)}"
+    key = str(call("GET", f"{base}/tasks/{path_part(args.lease)}")["key"])
+    seen = call("GET", f"{base}/assignments/await", params={"key": key, "timeout": 0})
+    while True:
+        deadline = time.monotonic() + args.timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if not args.loop:
+                    print(f"no change to the lease of {key} in {args.timeout:g} s", file=sys.stderr)
+                    return 1
+                break
+            wait = min(left, LEASE_ROUND_SECONDS)
+            seen = call("GET", f"{base}/assignments/await", timeout=wait + 30,
+                        params={"key": key, "since": seen["since"], "timeout": round(wait, 3)})
+            if seen["changed"]:
+                if args.json:
+                    print_json(seen)
+                else:
+                    print(lease_line(seen), flush=True)
+                if not args.loop:
+                    return 0
+                break
 
 
 def _run(args: argparse.Namespace, room: str, answer: dict[str, Any]) -> None:

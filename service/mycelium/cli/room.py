@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mycelium.cli.client import call, print_json
-from mycelium.cli.common import add_author, add_json, path_part
+from mycelium.cli.common import add_author, add_json, add_yes, confirm, human_fields, path_part
 from mycelium.cli.room_messages import register_room_commands
 
 
@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     rm = rsub.add_parser("rm", help="delete a room and everything in it")
     rm.add_argument("name")
+    add_yes(rm)
     rm.set_defaults(func=_rm)
 
     register_room_commands(rsub)
@@ -69,12 +70,17 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(room)
     else:
-        for key in ("name", "title", "description", "is_public", "owner", "members", "created_at"):
-            print(f"{key}: {room.get(key)}")
+        print(human_fields({"name": room["name"], "title": room.get("title"),
+                            "description": room.get("description"),
+                            "visibility": "public" if room.get("is_public") else "private",
+                            "owner": room.get("owner"), "members": room.get("members"),
+                            "created": room.get("created_at")}))
     return 0
 
 
 def _rm(args: argparse.Namespace) -> int:
+    room = call("GET", f"/api/rooms/{path_part(args.name)}")  # a missing room is refused before asking
+    confirm(args, f"delete room {room['name']} and everything in it (memories, board, messages)?")
     call("DELETE", f"/api/rooms/{path_part(args.name)}")
     print(f"deleted room {args.name}")
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import sys
 import time
 from typing import Any
 
@@ -26,7 +27,7 @@ def register_room_commands(rsub: argparse._SubParsersAction) -> None:  # type: i
     _common(s, author=True)
     s.set_defaults(func=_send, row=None)
 
-    m = rsub.add_parser("messages", help="read the room's messages, newest first")
+    m = rsub.add_parser("messages", help="read the room's latest messages (printed oldest first)")
     m.add_argument("--task", help="only this task's thread")
     m.add_argument("--channel", action="store_true", help="only the room's own channel")
     m.add_argument("--limit", type=int, default=20)
@@ -58,7 +59,7 @@ def register_thread_commands(bsub: argparse._SubParsersAction) -> None:  # type:
     _common(s, author=True)
     s.set_defaults(func=_send, task=None, message_type="broadcast")
 
-    m = bsub.add_parser("messages", help="read a task's thread, newest first")
+    m = bsub.add_parser("messages", help="read a task's thread, its latest messages (printed oldest first)")
     m.add_argument("row", help="key or short thread id")
     m.add_argument("--limit", type=int, default=20)
     m.add_argument("--before", help="older than this position (or ISO time)")
@@ -126,15 +127,16 @@ def _search(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
         return 0
-    for problem in result["scope"]["problems"]:
-        print(f"! {problem['token']}: {problem['reason']}")
+    problems = result["scope"]["problems"]
+    for problem in problems:
+        print(f"! {problem['token']}: {problem['reason']}", file=sys.stderr)
     for hit in result["hits"]:
         m = hit["message"]
         task = f" [{hit['task_title']}]" if hit.get("task_title") else ""
         print(f"{m['position']:>6}  @{m['sender_handle']}{task}: {hit['snippet']}")
     more = f"; more: --cursor '{result['next_cursor']}'" if result["next_cursor"] else ""
     print(f"{len(result['hits'])} of {result['total']} (scanned {result['scanned']}){more}")
-    return 0
+    return 1 if problems else 0  # a query read otherwise than written is not a success
 
 
 def _watch(args: argparse.Namespace) -> int:

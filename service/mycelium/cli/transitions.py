@@ -7,8 +7,8 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from mycelium.cli.client import call, fail, print_json
-from mycelium.cli.common import add_author, add_json, handle_of
+from mycelium.cli.client import call, fail, print_json, refused, request
+from mycelium.cli.common import add_author, add_json, handle_of, human
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -37,12 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ls.set_defaults(func=_ls)
 
     show = tsub.add_parser("show", help="one transition in full")
-    show.add_argument("request_id")
+    show.add_argument("request_id", help="the request id, or a start of it only one id has")
     add_json(show)
     show.set_defaults(func=_show)
 
     rel = tsub.add_parser("release", help="record a human verification (one-shot; goes to the receipt chain)")
-    rel.add_argument("request_id")
+    rel.add_argument("request_id", help="the request id, or a start of it only one id has")
     what = rel.add_mutually_exclusive_group(required=True)
     what.add_argument(
         "--not-executed",
@@ -74,10 +74,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     dead.set_defaults(func=_dead)
 
 
-def _line(t: dict[str, Any]) -> str:
+#: how many of the newest transitions a prefix is looked up among (the listing's largest page)
+PREFIX_SCAN = 1000
+
+
+def _line(t: dict[str, Any], width: int) -> str:
+    """One transition; the request id in full, so ``show`` and ``release`` take it as printed."""
     ref = f"  ref={t['external_operation_ref']}" if t.get("external_operation_ref") else ""
     return (
-        f"{t['request_id'][:40]:<40}  {t['tool']:<20}  {t['terminal_outcome']:<20}  "
+        f"{t['request_id']:<{width}}  {t['tool']:<20}  {t['terminal_outcome']:<20}  "
         f"{t['side_effect_boundary']:<13}  fence {t['fence']}  {t['agent_id']}{ref}"
     )
 
@@ -97,22 +102,43 @@ def _ls(args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return 0
+    width = max((len(t["request_id"]) for t in rows), default=0)
     for t in rows:
-        print(_line(t))
+        print(_line(t, width))
     if not rows:
         print("no transitions")
     return 0
 
 
+def transition(ref: str) -> dict[str, Any]:
+    """The transition with request id ``ref``, or the one whose id starts with ``ref`` among the
+    newest ``PREFIX_SCAN``; a prefix more than one id starts with is refused with the candidates."""
+    response = request("GET", "/api/transitions/" + quote(ref, safe=""))
+    if response.status != 404:
+        if response.status >= 400:
+            refused(response)
+        found: dict[str, Any] = response.json()
+        return found
+    rows = call("GET", "/api/transitions", params={"limit": PREFIX_SCAN})
+    matches = [t for t in rows if t["request_id"].startswith(ref)]
+    if not matches:
+        refused(response)
+    if len(matches) > 1:
+        shown = "\n  ".join(t["request_id"] for t in matches[:20])
+        more = f"\n  … {len(matches) - 20} more" if len(matches) > 20 else ""
+        fail(f"{ref!r} is the start of {len(matches)} request ids; give more of it:\n  {shown}{more}")
+    return dict(matches[0])
+
+
 def _show(args: argparse.Namespace) -> int:
-    t = call("GET", "/api/transitions/" + quote(args.request_id, safe=""))
+    t = transition(args.request_id)
     if args.json:
         print_json(t)
         return 0
     width = max(len(k) for k in t)
     for k, v in t.items():
         if v is not None:
-            print(f"{k:<{width}}  {json.dumps(v) if isinstance(v, (dict, list)) else v}")
+            print(f"{k:<{width}}  {human(v)}")
     return 0
 
 
@@ -126,7 +152,7 @@ def _release(args: argparse.Namespace) -> int:
         except ValueError as exc:
             fail(f"--result is not JSON: {exc}")
     body = {
-        "request_id": args.request_id,
+        "request_id": transition(args.request_id)["request_id"],
         "verified": args.verified,
         "by": handle_of(args),
         "reason": args.reason,

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
+import socket
+import sys
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -65,6 +68,11 @@ def run(args: argparse.Namespace) -> int:
 
     settings = load_settings(host=args.host, port=args.port, data_dir=args.data_dir,
                              database_url=args.database_url)
+    busy = port_in_use(settings.host, settings.port)
+    if busy is not None:
+        print(f"mycelium up: cannot listen on {settings.host}:{settings.port}: {busy} "
+              "(another hub? pick a port with --port or MYCELIUM_PORT)", file=sys.stderr)
+        return 1
     if args.no_mirror:
         settings = settings.model_copy(update={"mirror": False})
     settings.resolved_data_dir().mkdir(parents=True, exist_ok=True)
@@ -80,6 +88,22 @@ def run(args: argparse.Namespace) -> int:
     server = Server(config)
     server.run()
     return 0 if server.started else 1
+
+
+def port_in_use(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (bound as uvicorn binds it), or None if it can."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        return f"no such address ({exc.strerror})"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
+    return None
 
 
 def _run_workers(settings: Settings, workers: int, log_level: str, loops: bool) -> int:
