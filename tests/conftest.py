@@ -109,6 +109,16 @@ async def db_dsn(pg_server: Server) -> AsyncIterator[str]:
 
 
 @pytest.fixture
+async def empty_dsn(pg_server: Server) -> AsyncIterator[str]:
+    """A DSN (as the admin) to a database made from template1: nothing of the hub in it."""
+    name = await pg_server.create_database(template="template1")
+    try:
+        yield pg_server.dsn(name)
+    finally:
+        await pg_server.drop_database(name)
+
+
+@pytest.fixture
 async def admin_conn(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
     """A plain connection as the admin (superuser on the embedded server): "a person in psql"."""
     from mycelium.db.pool import setup_connection

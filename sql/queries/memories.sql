@@ -48,11 +48,5 @@ JOIN mycelium.memories m ON m.room = :room AND m.key = s.key
 WHERE mycelium.room_known(:room)
 ORDER BY s.score DESC, s.key
 
--- name: memories_missing_vectors
-SELECT room, key, version, coalesce(content_text, value ->> 'text', value::text) AS text
-FROM mycelium.memories
-WHERE embedding IS NULL
-LIMIT :batch
-
 -- name: set_embedding
 SELECT mycelium.set_embedding(:room, :key, :version, :embedding)

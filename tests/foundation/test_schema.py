@@ -5,7 +5,6 @@ and the SDK's installer builds an empty database once, whoever races it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -59,15 +58,6 @@ async def catalogue(dsn: str) -> set[tuple[str, str, str]]:
 
 def differences(a: set, b: set) -> list[str]:
     return [f"only in the first: {r}" for r in sorted(a - b)] + [f"only in the second: {r}" for r in sorted(b - a)]
-
-
-@pytest.fixture
-async def empty_dsn(pg_server) -> AsyncIterator[str]:
-    name = await pg_server.create_database(template="template1")
-    try:
-        yield pg_server.dsn(name)
-    finally:
-        await pg_server.drop_database(name)
 
 
 async def install(dsn: str) -> str:

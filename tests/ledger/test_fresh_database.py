@@ -34,16 +34,6 @@ KEYED = ToolTransitionBinding.for_tool(side_effect_class="keyed_mutate")
 
 
 @pytest.fixture
-async def empty_dsn(pg_server) -> AsyncIterator[str]:
-    """A DSN (as the admin) to a database made from template1: nothing of the hub in it."""
-    name = await pg_server.create_database(template="template1")
-    try:
-        yield pg_server.dsn(name)
-    finally:
-        await pg_server.drop_database(name)
-
-
-@pytest.fixture
 async def plain_user(pg_server) -> AsyncIterator[tuple[str, str]]:
     """A login role with no rights beyond logging in (no superuser, CREATEROLE or CREATEDB)."""
     name, password = f"plain_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex

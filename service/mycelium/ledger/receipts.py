@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -25,9 +24,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from mycelium.db.queries import q
-from mycelium.errors import refusal_from_db
-
-log = logging.getLogger("mycelium.receipts")
 
 PREIMAGE_HEADER = "mycelium.receipt/v2"
 # The order is part of the format (sql/receipts.sql, receipt_preimage).
@@ -172,25 +168,6 @@ async def sign_pending(db: asyncpg.Pool | asyncpg.Connection, key: ReceiptKey, b
         total += len(rows)
         if len(rows) < batch:
             return total
-
-
-async def sign_receipts(hub: Any, interval: float = 1.0) -> None:
-    """Hub worker: sign the receipts waiting in the queue, then look again every ``interval`` seconds."""
-    store = KeyStore.for_data_dir(hub.settings.resolved_data_dir())
-    key = await asyncio.to_thread(store.current)
-    await register(hub.db, key)
-    while True:
-        try:
-            await sign_pending(hub.db, key)
-        except asyncpg.PostgresError as exc:
-            refusal = refusal_from_db(exc)
-            if refusal is None or refusal.error != "key_not_active":
-                raise
-            log.warning("receipt key %s was retired elsewhere; this replica makes a new one", key.key_id)
-            key = await asyncio.to_thread(store.rotate)
-            await register(hub.db, key)
-            continue
-        await asyncio.sleep(interval)
 
 
 async def rotate(db: asyncpg.Pool, store: KeyStore) -> ReceiptKey:
