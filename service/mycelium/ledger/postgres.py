@@ -259,8 +259,9 @@ class PostgresLedgerStorage:
         result: Any = None,
         expected_fence: int | None = None,
     ) -> Transition:
+        # no actor declared (the hub's gateway declares one): the verb takes ``by`` as the releaser
         return await self._transition(
-            "release_transition", request_id, verified, by, reason, result, expected_fence
+            "release_transition", request_id, None, None, verified, by, reason, result, expected_fence
         )
 
     async def get(self, request_id: str) -> Transition | None:
