@@ -3,32 +3,27 @@ the deployment report."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import asyncpg
 
+from tests.support.processes import CliProcess
+
 READY = re.compile(r"^mycelium worker ([0-9a-f-]{36}): loops ", re.MULTILINE)
 
 
-class WorkerProcess:
+class WorkerProcess(CliProcess):
     """A `mycelium worker` subprocess on a given database."""
 
     def __init__(self, *, data_dir: Path, database_url: str, extra: Sequence[str] = (),
                  env: dict[str, str] | None = None) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
-        self.log = data_dir.parent / f"worker-{data_dir.name}.log"
-        args = [sys.executable, "-m", "mycelium.cli.main", "worker", "--data-dir", str(data_dir),
-                "--database-url", database_url, *extra]
-        full_env = {**os.environ, "MYCELIUM_EMBEDDER": "none", "HF_HUB_OFFLINE": "1", **(env or {})}
-        self._log = open(self.log, "w")  # noqa: SIM115 - closed when the process ends
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=full_env)
+        super().__init__(["worker", "--data-dir", str(data_dir), "--database-url", database_url, *extra],
+                         data_dir.parent / f"worker-{data_dir.name}.log",
+                         {"MYCELIUM_EMBEDDER": "none", "HF_HUB_OFFLINE": "1", **(env or {})})
         self.worker_id = ""
 
     def wait_ready(self, timeout: float = 90.0) -> str:
@@ -42,24 +37,6 @@ class WorkerProcess:
                 raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.log.read_text()}")
             time.sleep(0.05)
         raise TimeoutError(f"worker not ready:\n{self.log.read_text()}")
-
-    def signal(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout=timeout)
-        finally:
-            self._log.close()
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(timeout=10)
-        self._log.close()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.signal(signal.SIGTERM)
-        elif not self._log.closed:
-            self._log.close()
 
 
 async def lock_holders(conn: asyncpg.Connection, lock: str) -> list[str]:
