@@ -6,9 +6,9 @@ is the query. Names are global across files and must be unique.
 A query names its parameters (``:room``, ``:key``; ``::`` stays a cast, and nothing inside a string,
 a quoted name or a comment is a parameter); they become ``$1``, ``$2``… in the order they first
 appear. A ``-- returns: row | rows | value | none`` line in the query says what a call gives back
-(default ``rows``). The verb gateway (``mycelium.verbs``) calls queries by name with named
-parameters; callers outside it (the background loops, the SDK's store) take the positional text from
-:func:`q` and pass the parameters in that order.
+(default ``rows``). Every caller reaches them through the verb gateway (``mycelium.verbs``), by name
+with named parameters (the SDK's store binds them with the gateway's ``bind`` on its own
+connections).
 """
 
 from __future__ import annotations
@@ -81,8 +81,3 @@ def query(name: str) -> Query:
         return _load()[name]
     except KeyError:
         raise KeyError(f"no query named {name!r} in sql/queries") from None
-
-
-def q(name: str) -> str:
-    """The SQL of the named query, with positional parameters."""
-    return query(name).sql

@@ -35,3 +35,6 @@ class Actor(NamedTuple):
 
 
 NOBODY = Actor(None)
+HUB_PROCESS = Actor(None, "operator", "hub")
+"""The hub's own work (its background loops, heartbeats, health and commands run on the database):
+no handle is declared, and what it writes names its author itself (``system``, ``env``)."""

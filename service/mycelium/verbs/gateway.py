@@ -92,19 +92,19 @@ def hints_of(q: Query, result: Any) -> str | None:
 
 
 class Verbs:
-    """The verbs on one pool; ``hint`` sends wake hints after the commit (None: let the triggers
-    NOTIFY)."""
+    """The verbs on a pool, or on one connection (a loop's own, which may hold a session lock);
+    ``hint`` sends wake hints after the commit (None: let the triggers NOTIFY)."""
 
-    __slots__ = ("_hint", "_pool")
+    __slots__ = ("_db", "_hint")
 
-    def __init__(self, pool: asyncpg.Pool, hint: Hint | None = None) -> None:
-        self._pool = pool
+    def __init__(self, db: Runner, hint: Hint | None = None) -> None:
+        self._db = db
         self._hint = hint
 
     async def call(self, actor: Actor, verb: str, /, **params: Any) -> Any:
         """Call ``verb`` as ``actor``: a row (or None), rows, a value or None, as the verb returns."""
         q = query(verb)
-        result = await run(self._pool, q, bind(q, actor, self._hint is not None, params))
+        result = await run(self._db, q, bind(q, actor, self._hint is not None, params))
         if self._hint is not None:
             hints = hints_of(q, result)
             if hints:
@@ -116,7 +116,7 @@ class Verbs:
                           ) -> AsyncIterator[Session]:
         """Several calls in one transaction on one connection; their hints are sent after it
         commits (a refusal rolls it all back and sends nothing)."""
-        async with self._pool.acquire() as conn:
+        async with _connection(self._db) as conn:
             session = Session(conn, defer=self._hint is not None, readonly=readonly)
             kwargs: dict[str, Any] = {"readonly": readonly}
             if isolation is not None:
@@ -126,6 +126,16 @@ class Verbs:
         if self._hint is not None:
             for hints in session.hints:
                 self._hint(hints)
+
+
+@asynccontextmanager
+async def _connection(db: Runner) -> AsyncIterator[asyncpg.Connection]:
+    """A connection of the pool for the block, or the one connection the verbs run on."""
+    if isinstance(db, asyncpg.Connection):
+        yield db
+        return
+    async with db.acquire() as conn:
+        yield conn
 
 
 class Session:
@@ -163,3 +173,9 @@ def verbs_of(hub: Hub) -> Verbs:
     """The gateway of a started hub: its pool, and its listener to send the hints."""
     listener = hub.listener
     return Verbs(hub.db, listener.hint if listener is not None else None)
+
+
+def verbs_on(conn: asyncpg.Connection) -> Verbs:
+    """The gateway on one connection (a background loop's own, a command's): its writes' triggers
+    send their wake hints themselves."""
+    return Verbs(conn)
