@@ -29,7 +29,7 @@ from mycelium.api.conversations import CONVERSATION_ROUTES
 from mycelium.api.deps import provide_hub
 from mycelium.api.receipts import ReceiptController
 from mycelium.api.transitions import TransitionController
-from mycelium.auth.gate import gate_middleware
+from mycelium.auth.gate import close_private_rooms, gate_middleware
 from mycelium.hub import Hub
 from mycelium.settings import Settings, load_settings
 from mycelium.workers.catalogue import default_loops
@@ -47,6 +47,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         await hub.start()
+        if settings.auth:
+            await close_private_rooms(hub)
         app.state.hub = hub
         if on_ready is not None:
             on_ready(hub)

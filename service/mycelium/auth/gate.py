@@ -4,12 +4,16 @@ naming the problem)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mycelium.auth.issuers import IssuerConfigError, parse_issuers
 from mycelium.auth.middleware import gate
 from mycelium.auth.tokens import TokenVerifier
 from mycelium.settings import Settings
+from mycelium.verbs import HUB_PROCESS, verbs_of
+
+if TYPE_CHECKING:
+    from mycelium.hub import Hub
 
 
 def gate_middleware(settings: Settings) -> list[Any]:
@@ -18,3 +22,11 @@ def gate_middleware(settings: Settings) -> list[Any]:
     if not settings.auth_issuers:
         raise IssuerConfigError("MYCELIUM_AUTH is on but MYCELIUM_AUTH_ISSUERS names no issuer")
     return [gate(TokenVerifier(parse_issuers(settings.auth_issuers), settings.auth_leeway_seconds))]
+
+
+async def close_private_rooms(hub: Hub) -> None:
+    """A gated hub, before it serves: the hub-wide ``auth.gate`` setting on, so the database shows a
+    private room only to those who may see it (sql/privacy.sql). Turning it off again is an
+    operator's word (``mycelium config set auth.gate false``), never a hub started without the gate."""
+    await verbs_of(hub).call(HUB_PROCESS, "write_setting", name="auth.gate", value=True, room="",
+                             handle="env")

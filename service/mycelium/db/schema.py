@@ -34,6 +34,8 @@ SQL_FILES = (
     "handles.sql", "conversations.sql", "floors.sql", "participation.sql", "message_search.sql",
     "settings.sql",
     "workers.sql",
+    "audit.sql",
+    "privacy.sql",
     "catalogue.sql",
 )
 
