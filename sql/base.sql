@@ -252,6 +252,9 @@ LANGUAGE sql IMMUTABLE AS $$
     ('verify_receipt_chain', 'read'),
     -- private rooms (sql/privacy.sql): what the policies call as the app role
     ('principal', 'read'), ('rooms_open', 'read'), ('hidden_rooms', 'read'), ('room_visible', 'read'),
+    -- join codes and the hub's member-token keys (sql/joins.sql)
+    ('mint_join_code', 'write'), ('redeem_join_code', 'write'), ('ensure_hub_key', 'write'),
+    ('rotate_hub_key', 'write'),
     -- the audit trail (sql/audit.sql)
     ('verify_audit_chain', 'read'), ('audit_preimage', 'inlined'),
     -- named by the public SQL reads and the views above

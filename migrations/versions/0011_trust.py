@@ -1,6 +1,6 @@
 """Trust: the auth.gate setting (private rooms are enforced by row-level security once a gated hub
 sets it; the policies and guards themselves are code, sql/privacy.sql) and the audit trail of
-privileged actions (sql/audit.sql)
+privileged actions (sql/audit.sql), join codes and the hub's member-token keys (sql/joins.sql)
 
 Revision ID: 0011_trust
 Revises: 0007_result_text
@@ -38,6 +38,28 @@ def upgrade() -> None:
       );
       COMMENT ON TABLE mycelium.audit_log IS
         'Privileged actions, append-only and hash-chained (verify_audit_chain()).';
+      CREATE TABLE mycelium.join_codes (
+        code_hash bytea PRIMARY KEY CONSTRAINT join_code_hash_length CHECK (length(code_hash) = 32),
+        room text NOT NULL REFERENCES mycelium.rooms (name) ON DELETE CASCADE,
+        handle text NOT NULL,
+        created_by text,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        expires_at timestamptz NOT NULL,
+        redeemed_at timestamptz,
+        redeemed_by text
+      );
+      COMMENT ON TABLE mycelium.join_codes IS
+        'Single-use join codes by SHA-256 (the code is never stored): room, handle, expiry, redemption.';
+
+      CREATE TABLE mycelium.hub_keys (
+        kid text PRIMARY KEY CONSTRAINT hub_key_id_shape CHECK (kid ~ '^[0-9a-f]{16}$'),
+        public_jwk jsonb NOT NULL,
+        sealed_private bytea NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        retired_at timestamptz
+      );
+      COMMENT ON TABLE mycelium.hub_keys IS
+        'The hub''s member-token signing keys: public JWK, private key sealed under the hub''s secret.';
     """)
 
 
@@ -71,6 +93,8 @@ def downgrade() -> None:
       DROP TRIGGER IF EXISTS audit_receipt_key ON mycelium.receipt_keys;
       DROP FUNCTION IF EXISTS mycelium.audit_preimage(mycelium.audit_log);
       DROP TABLE mycelium.audit_log;
+      DROP TABLE mycelium.join_codes;
+      DROP TABLE mycelium.hub_keys;
       DELETE FROM mycelium.config WHERE name = 'auth.gate';
       DELETE FROM mycelium.setting_kinds WHERE name = 'auth.gate';
     """)
