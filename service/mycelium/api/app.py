@@ -16,6 +16,7 @@ from mycelium.api import (
     board,
     config,
     errors,
+    export,
     fields,
     health,
     joins,
@@ -69,7 +70,7 @@ def create_app(
         *CONVERSATION_ROUTES,
         TransitionController, ReceiptController,
         *config.ROUTES,
-        whoami.whoami, *joins.ROUTES,
+        whoami.whoami, *joins.ROUTES, export.export_room,
     ]
     return Litestar(
         route_handlers=handlers,
