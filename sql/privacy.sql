@@ -22,13 +22,27 @@ CREATE OR REPLACE FUNCTION mycelium.principal() RETURNS text LANGUAGE sql STABLE
   SELECT nullif(current_setting('mycelium.principal', true), '')
 $$;
 
--- Does the gate leave every room open to the one asking? (No gate, or an operator.)
+-- Is this an administrator's own session (the owner or a superuser in psql, a migration), rather
+-- than the app role's (every hub replica sets role mycelium_app; an app login is a member of it
+-- alone)? The role setting is the session's even inside a function that runs as its owner.
+CREATE OR REPLACE FUNCTION mycelium.administrator_session() RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN current_setting('role') <> 'mycelium_app'
+     AND (NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'mycelium_admin')
+          OR pg_has_role(session_user, 'mycelium_admin', 'MEMBER'));
+END
+$$;
+
+-- Does the gate leave every room open to the one asking? (No gate, an operator, or an
+-- administrator's own session with no principal declared.)
 CREATE OR REPLACE FUNCTION mycelium.rooms_open() RETURNS boolean
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = mycelium, public, pg_temp AS $$
 BEGIN
   RETURN coalesce(current_setting('mycelium.principal_role', true), '') = 'operator'
       OR NOT coalesce((SELECT value = 'true'::jsonb FROM mycelium.config
-                       WHERE name = 'auth.gate' AND room = ''), false);
+                       WHERE name = 'auth.gate' AND room = ''), false)
+      OR (mycelium.principal() IS NULL AND mycelium.administrator_session());
 END
 $$;
 
@@ -48,10 +62,17 @@ BEGIN
 END
 $$;
 
+-- May the one asking see p_room? (A room that does not exist is not hidden: its absence is
+-- answered as it always is.) One look at the room's own row.
 CREATE OR REPLACE FUNCTION mycelium.room_visible(p_room text) RETURNS boolean
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = mycelium, public, pg_temp AS $$
+DECLARE
+  who text := mycelium.principal();
 BEGIN
-  RETURN p_room IS NULL OR mycelium.rooms_open() OR NOT p_room = ANY (mycelium.hidden_rooms());
+  RETURN p_room IS NULL
+      OR coalesce((SELECT r.is_public OR r.owner = who OR who = ANY (r.members)
+                   FROM mycelium.rooms r WHERE r.name = p_room), true)
+      OR mycelium.rooms_open();
 END
 $$;
 
@@ -61,7 +82,7 @@ CREATE OR REPLACE FUNCTION mycelium.guard_room_write() RETURNS trigger LANGUAGE 
 DECLARE
   target text;
 BEGIN
-  IF mycelium.principal() IS NULL THEN
+  IF mycelium.principal() IS NULL OR current_setting('mycelium.principal_role', true) = 'operator' THEN
     RETURN coalesce(NEW, OLD);
   END IF;
   target := CASE WHEN TG_OP = 'DELETE' THEN to_jsonb(OLD) ELSE to_jsonb(NEW) END

@@ -80,8 +80,8 @@ def test_a_thousand_concurrent_redemptions_of_one_code_give_one_token(replicas, 
     code = httpx.post(one + "/api/rooms/lobby/joins", json={"handle": "erin"}, headers=op).json()["code"]
 
     async def storm() -> list[int]:
-        limits = httpx.Limits(max_connections=100)
-        async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+        limits = httpx.Limits(max_connections=50)
+        async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(120, pool=None)) as client:
             answers = await asyncio.gather(*[
                 client.post((one, two)[i % 2] + "/api/joins/redeem", json={"code": code}) for i in range(1000)])
         return [a.status_code for a in answers]

@@ -121,3 +121,17 @@ async def test_over_http_a_private_room_does_not_exist_for_a_non_member(gated, p
         if method == "GET":
             assert (await gated.request(method, path, headers=bob)).status_code == 200, path
             assert (await gated.request(method, path, headers=olga)).status_code == 200, path
+
+
+async def test_await_acts_as_the_principal(gated, provider):
+    await _fill(gated, provider)  # alice said "hello @bob" in both rooms
+    bob, carol = bearer(provider.token("bob")), bearer(provider.token("carol"))
+    alice = bearer(provider.token("alice"))
+    r = await gated.get("/api/rooms/vault/await", params={"handle": "carol", "timeout": 0.2}, headers=carol)
+    assert r.status_code == 404 and r.json()["error"] == "room_not_found"
+    r = await gated.get("/api/rooms/vault/await", params={"handle": "bob", "timeout": 0.2}, headers=alice)
+    assert r.status_code == 403 and r.json()["error"] == "actor_mismatch", r.text
+    r = await gated.get("/api/rooms/vault/await", params={"handle": "bob", "timeout": 2}, headers=bob)
+    assert r.status_code == 200 and r.json()["prompt"] == "hello @bob", r.text
+    r = await gated.get("/api/rooms/vault/messages/stream", headers=carol)
+    assert r.status_code == 404

@@ -117,6 +117,27 @@ _DECLARE_PRINCIPAL = ("SELECT set_config('mycelium.principal', $1, true), "
                       "set_config('mycelium.principal_role', $2, true)")
 
 
+def _literal(text: str) -> str:
+    """A SQL string literal (standard conforming strings: only the quote is doubled)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+async def _as_principal(conn: asyncpg.Connection, principal: Principal, q: Query, args: list[Any]) -> Any:
+    """One call in a transaction of its own that first declares the principal: the BEGIN and the
+    declaration go in one round trip (a simple query; the values quoted as literals), the verb in the
+    next, the COMMIT in a third. (A call cancelled half-way leaves the transaction open: the pool
+    rolls it back when the connection comes back.)"""
+    await conn.execute(f"BEGIN; SELECT set_config('mycelium.principal', {_literal(principal.handle)}, true), "
+                       f"set_config('mycelium.principal_role', {_literal(principal.role)}, true)")
+    try:
+        result = await run(conn, q, args)
+    except Exception:
+        await conn.execute("ROLLBACK")
+        raise
+    await conn.execute("COMMIT")
+    return result
+
+
 def hints_of(q: Query, result: Any) -> str | None:
     """The wake hints a write returned (every row carries all of them), if it is a hinted one."""
     if "defer_wakes" not in q.params or not result:
@@ -146,9 +167,8 @@ class Verbs:
         if self.principal is None:
             result = await run(self._db, q, args)
         else:  # the principal is set for the statement's own transaction (row-level security reads it)
-            async with _connection(self._db) as conn, conn.transaction():
-                await declare_principal(conn, self.principal)
-                result = await run(conn, q, args)
+            async with _connection(self._db) as conn:
+                result = await _as_principal(conn, self.principal, q, args)
         if self._hint is not None:
             hints = hints_of(q, result)
             if hints:
