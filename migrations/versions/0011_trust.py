@@ -93,6 +93,8 @@ def downgrade() -> None:
       DROP TRIGGER IF EXISTS audit_receipt_key ON mycelium.receipt_keys;
       DROP FUNCTION IF EXISTS mycelium.audit_preimage(mycelium.audit_log);
       DROP TABLE mycelium.audit_log;
+      DROP FUNCTION IF EXISTS mycelium.ensure_hub_key(text, jsonb, bytea),
+        mycelium.rotate_hub_key(text, jsonb, bytea);
       DROP TABLE mycelium.join_codes;
       DROP TABLE mycelium.hub_keys;
       DELETE FROM mycelium.config WHERE name = 'auth.gate';

@@ -93,11 +93,15 @@ async def test_deleting_a_room_removes_everything_of_it(client, admin_conn):
     for table in tables:
         if table == "changes":
             continue  # the outbox keeps the room_delete record for the mirror
+        if table == "audit_log":
+            continue  # the audit trail keeps the deletion itself (below)
         left = await admin_conn.fetchval(f"SELECT count(*) FROM mycelium.{table} WHERE room = 'doomed'")
         assert left == 0, table
     assert await admin_conn.fetchval("SELECT count(*) FROM mycelium.memories WHERE room = 'kept'") == 2
     assert await admin_conn.fetchval(
         "SELECT count(*) FROM mycelium.changes WHERE room = 'doomed' AND op = 'room_delete'") == 1
+    assert [r["action"] for r in await admin_conn.fetch(
+        "SELECT action FROM mycelium.audit_log WHERE room = 'doomed'")] == ["room.delete"]
 
 
 async def test_private_rooms_are_listed_only_to_their_owner_and_members(client):
