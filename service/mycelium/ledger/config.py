@@ -186,9 +186,11 @@ class LedgerConfig:
             dead = t.get("presumed_dead_after")
             if t.get("reclaim_requires_death_signal") and dead is None:
                 dead = 2 * lease_ttl
-            storage = _with_receipts(
-                storage_for(url, install_schema=install), url, dict(self.data.get("audit_receipt") or {})
-            )
+            try:
+                store = storage_for(url, install_schema=install)
+            except ValueError as exc:  # a URL that names no store, from the file or the environment
+                raise ConfigError(f"{section}: {exc}") from exc
+            storage = _with_receipts(store, url, dict(self.data.get("audit_receipt") or {}))
             led = self._ledgers[(url, install)] = ActionLedger(
                 storage,
                 agent_id=str(t.get("agent_id", "")),
