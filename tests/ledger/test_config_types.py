@@ -41,3 +41,19 @@ def test_the_right_types_load(tmp_path):
     path.write_text(BASE + "    provider_idempotency_key_ttl: 86400\n    ledger: true\n"
                     "    scope_from: {tenant: tenant_id}\n")
     assert load_config(path).binding("send_payment").provider_idempotency_key_param == "idempotency_key"
+
+
+@pytest.mark.parametrize(("value", "enabled"), [("true", True), ("false", False), ("{enabled: true}", True)])
+def test_integrations_langgraph_takes_a_flag_as_upstream_does(tmp_path, value, enabled):
+    from mycelium.guards.sections import langgraph_enabled
+
+    path = tmp_path / "mycelium.yaml"
+    path.write_text(f"integrations:\n  langgraph: {value}\n")
+    assert langgraph_enabled(load_config(path).data) is enabled
+
+
+def test_integrations_langgraph_of_another_type_is_refused(tmp_path):
+    path = tmp_path / "mycelium.yaml"
+    path.write_text("integrations:\n  langgraph: 'yes'\n")
+    with pytest.raises(ConfigError, match=r"integrations.langgraph must be a mapping .* or true/false"):
+        load_config(path)
