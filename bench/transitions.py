@@ -410,7 +410,8 @@ PEER_SCRIPT = textwrap.dedent("""
 
 def ensure_peer() -> Path | None:
     python = PEER_VENV / "bin" / "python"
-    check = [str(python), "-c", "import importlib.metadata as m; print(m.version('mycelium-runtime'))"]
+    # the extras the comparisons use: its Postgres store, and its Redis store (--stores)
+    check = [str(python), "-c", "import redis, importlib.metadata as m; print(m.version('mycelium-runtime'))"]
     if (
         python.exists()
         and subprocess.run(check, capture_output=True, text=True).stdout.strip() == PEER_VERSION
@@ -419,7 +420,7 @@ def ensure_peer() -> Path | None:
     print(f"installing mycelium-runtime {PEER_VERSION} into {PEER_VENV} ...", flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
     done = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", f"mycelium-runtime[postgres]=={PEER_VERSION}"],
+        [str(python), "-m", "pip", "install", "-q", f"mycelium-runtime[postgres,redis]=={PEER_VERSION}"],
         capture_output=True,
         text=True,
     )
