@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _db import bench_database
 from _report import machine, stamp, table, write_section
 from mycelium.db.pool import setup_connection
-from mycelium.db.queries import q
+from mycelium.db.queries import query
 from tests.support.processes import HubProcess, free_port
 
 
@@ -85,15 +85,16 @@ def tree_cpu(root: int) -> float:
 class Http:
     """One keep-alive HTTP/1.1 connection: a request at a time, JSON in and out."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, headers: dict[str, str] | None = None) -> None:
         self.host, self.port = host, port
+        self.extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
     async def request(self, method: str, path: str, body: object = None) -> tuple[int, object]:
         payload = b"" if body is None else json.dumps(body).encode()
         head = (f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Length: {len(payload)}\r\n"
-                + ("Content-Type: application/json\r\n" if payload else "") + "\r\n")
+                + self.extra + ("Content-Type: application/json\r\n" if payload else "") + "\r\n")
         for _attempt in range(2):
             if self.writer is None:
                 self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
@@ -251,7 +252,7 @@ async def one_connection(dsn: str, n: int, run: int) -> dict[str, tuple[float, f
     await setup_connection(conn, "mycelium_app")
     await conn.execute("SELECT mycelium.create_room($1)", room)
     handles = [f"f{i}" for i in range(64)]
-    post, take = q("post_message"), q("take_next")
+    post, take = query("post_message").sql, query("take_next").sql
 
     async def send(i: int) -> None:
         await conn.fetchrow(post, room, "sender", f"floor-{i}", None, [handles[i % 64]], "exchange", None,

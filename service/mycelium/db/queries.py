@@ -6,9 +6,11 @@ is the query. Names are global across files and must be unique.
 A query names its parameters (``:room``, ``:key``; ``::`` stays a cast, and nothing inside a string,
 a quoted name or a comment is a parameter); they become ``$1``, ``$2``… in the order they first
 appear. A ``-- returns: row | rows | value | none`` line in the query says what a call gives back
-(default ``rows``). The verb gateway (``mycelium.verbs``) calls queries by name with named
-parameters; callers outside it (the background loops, the SDK's store) take the positional text from
-:func:`q` and pass the parameters in that order.
+(default ``rows``). A ``-- needs: operator`` line marks an administrative verb (with the token gate
+on, only an operator calls it), ``-- needs: writer`` a write a viewer may not make (a query that
+declares its actor with ``mycelium.acting`` is one without saying so). Every caller reaches them
+through the verb gateway (``mycelium.verbs``), by name with named parameters (the SDK's store
+binds them with the gateway's ``bind`` on its own connections).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ Returns = Literal["row", "rows", "value", "none"]
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _RETURNS = re.compile(r"^--\s*returns:\s*(\w+)\s*$", re.MULTILINE)
+_NEEDS = re.compile(r"^--\s*needs:\s*(\w+)\s*$", re.MULTILINE)
 # what may hold a colon that is not a parameter, then a parameter
 _TOKENS = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|::|:([a-z_][a-z0-9_]*)""")
 
@@ -36,6 +39,9 @@ class Query:
     params: tuple[str, ...]
     """The named parameters, in positional order (empty for a query written with ``$n``)."""
     returns: Returns
+    needs: Literal["writer", "operator"] | None = None
+    """What a principal must be to call it when the token gate is on: ``writer`` (an agent or an
+    operator, not a viewer), ``operator``, or None (anyone admitted)."""
 
 
 def compile_query(name: str, text: str) -> Query:
@@ -44,6 +50,12 @@ def compile_query(name: str, text: str) -> Query:
     returns = found.group(1) if found else "rows"
     if returns not in ("row", "rows", "value", "none"):
         raise RuntimeError(f"query {name!r}: returns {returns!r} is not row, rows, value or none")
+    needed = _NEEDS.search(text)
+    needs = needed.group(1) if needed else None
+    if needs not in (None, "writer", "operator"):
+        raise RuntimeError(f"query {name!r}: needs {needs!r} is not writer or operator")
+    if needs is None and "mycelium.acting(" in _TOKENS.sub(_kept, text):
+        needs = "writer"  # it declares its actor: a write
     params: list[str] = []
 
     def number(match: re.Match[str]) -> str:
@@ -57,7 +69,13 @@ def compile_query(name: str, text: str) -> Query:
     sql = _TOKENS.sub(number, text)
     if params and re.search(r"\$\d", _TOKENS.sub("", text)):
         raise RuntimeError(f"query {name!r} mixes named and numbered parameters")
-    return Query(name, sql, tuple(params), returns)  # type: ignore[arg-type]
+    return Query(name, sql, tuple(params), returns, needs)  # type: ignore[arg-type]
+
+
+def _kept(match: re.Match[str]) -> str:
+    """A token of a query's text as it counts for what the query calls: comments and strings out."""
+    token = match.group(0)
+    return "" if token.startswith(("--", "'")) else token
 
 
 @cache
@@ -81,8 +99,3 @@ def query(name: str) -> Query:
         return _load()[name]
     except KeyError:
         raise KeyError(f"no query named {name!r} in sql/queries") from None
-
-
-def q(name: str) -> str:
-    """The SQL of the named query, with positional parameters."""
-    return query(name).sql
