@@ -89,9 +89,12 @@ async def test_the_routes_keep_the_order_a_client_sent_and_refuse_bad_result_tex
         got = (await http.post("/api/transitions/claim", json={**claim, "request_id": "bad",
                                                                "transition_key": "kbad"})).json()
         fenced = {"request_id": "bad", "owner": "w:1", "fence": got["transition"]["fence"]}
+        deep = "[" * 5000 + "]" * 5000
         for body, words in (({"result_text": "{not json"}, "not JSON"),
                             ({"result_text": "1", "result": 1}, "not both"),
-                            ({"result_text": 5}, "result_text")):
+                            ({"result_text": 5}, "result_text"),
+                            ({"result_text": deep}, "nests too deeply"),
+                            ({"result_text": '{"a": "nul \\u0000 here"}'}, "Unicode")):
             refused = await http.post("/api/transitions/complete", json={**fenced, **body})
             assert refused.status_code in (400, 422), refused.text
             assert words in refused.text

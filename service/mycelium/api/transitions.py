@@ -61,6 +61,9 @@ def result_text(body: CompleteTextBody) -> tuple[Any, str]:
     except msgspec.DecodeError as exc:
         raise Refusal(400, "invalid_request", f"result_text is not JSON: {exc}",
                       {"field": "result_text"}) from exc
+    except RecursionError as exc:
+        raise Refusal(400, "malformed_json", "result_text nests too deeply (at most a few hundred levels)",
+                      {"field": "result_text"}) from exc
 
 
 def answer(row: Any) -> dict[str, Any]:
