@@ -34,6 +34,7 @@ import asyncio
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -122,6 +123,32 @@ class CpuProbe:
             return None, None
         server = None if server0 is None or server1 is None else (server1 - server0) / cycles * 1e6
         return server, (time.process_time() - client0) / cycles * 1e6 if client else None
+
+
+def children_seconds() -> float:
+    """CPU seconds of this process's children (and theirs) that have been waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_cost(run: Callable[[], tuple[float, int]]) -> tuple[float, int, float | None, float]:
+    """(rate, cycles, server seconds, client seconds of the child processes) of one run."""
+    server0, client0 = PROBE.server_seconds(), children_seconds()
+    rate, cycles = run()
+    server1, client1 = PROBE.server_seconds(), children_seconds()
+    server = None if server0 is None or server1 is None else server1 - server0
+    return rate, cycles, server, client1 - client0
+
+
+def net_per_cycle(full: tuple[float, int, float | None, float], fixed: tuple[float, int, float | None, float]
+                  ) -> tuple[float | None, float | None]:
+    """Microseconds per cycle of a run in child processes, less a run of the same processes that
+    makes next to no calls (their start-up, imports, connections and warm-up call)."""
+    cycles = full[1] - fixed[1]
+    if cycles <= 0:
+        return None, None
+    server = None if full[2] is None or fixed[2] is None else (full[2] - fixed[2]) / cycles * 1e6
+    return server, (full[3] - fixed[3]) / cycles * 1e6
 
 
 PROBE = CpuProbe(None)
@@ -302,7 +329,7 @@ async def sdk_worker(dsn: str, tag: str, start_at: float, seconds: float) -> int
     return i
 
 
-def sdk_process_cycles(dsn: str, seconds: float) -> tuple[float, tuple]:
+def sdk_process_run(dsn: str, seconds: float) -> tuple[float, int]:
     tag, start_at = uuid.uuid4().hex[:8], time.time() + 4.0
     procs = [
         subprocess.Popen(
@@ -312,10 +339,16 @@ def sdk_process_cycles(dsn: str, seconds: float) -> tuple[float, tuple]:
         )
         for k in range(WORKERS)
     ]
-    time.sleep(max(0.0, start_at - time.time()))
-    PROBE.start()
     counts = [int(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
-    return sum(counts) / seconds, PROBE.per_cycle(sum(counts), client=False)
+    return sum(counts) / seconds if seconds else 0.0, sum(counts)
+
+
+def sdk_process_cycles(dsn: str, seconds: float) -> tuple[float, tuple]:
+    """8 processes; CPU per cycle (server and the workers') less that of the same 8 processes making no
+    timed calls (start-up, imports, connections, the warm-up call)."""
+    fixed = run_cost(lambda: sdk_process_run(dsn, 0.0))
+    full = run_cost(lambda: sdk_process_run(dsn, seconds))
+    return full[0], net_per_cycle(full, fixed)
 
 
 # -- upstream, in its own virtual environment ------------------------------------------------------
@@ -377,7 +410,8 @@ PEER_SCRIPT = textwrap.dedent("""
 
 def ensure_peer() -> Path | None:
     python = PEER_VENV / "bin" / "python"
-    check = [str(python), "-c", "import importlib.metadata as m; print(m.version('mycelium-runtime'))"]
+    # the extras the comparisons use: its Postgres store, and its Redis store (--stores)
+    check = [str(python), "-c", "import redis, importlib.metadata as m; print(m.version('mycelium-runtime'))"]
     if (
         python.exists()
         and subprocess.run(check, capture_output=True, text=True).stdout.strip() == PEER_VERSION
@@ -386,7 +420,7 @@ def ensure_peer() -> Path | None:
     print(f"installing mycelium-runtime {PEER_VERSION} into {PEER_VENV} ...", flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
     done = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", f"mycelium-runtime[postgres]=={PEER_VERSION}"],
+        [str(python), "-m", "pip", "install", "-q", f"mycelium-runtime[postgres,redis]=={PEER_VERSION}"],
         capture_output=True,
         text=True,
     )
@@ -396,11 +430,12 @@ def ensure_peer() -> Path | None:
     return python
 
 
-def peer_cycles(python: Path, dsn: str, kind: str, per_worker: int) -> tuple[float, tuple]:
-    """Upstream's run; its server CPU covers the whole run, start-up and warm-up calls included."""
+PEER_FIXED = 5  # calls per worker of the run whose cost is subtracted (start-up, imports, warm-up)
+
+
+def peer_run(python: Path, dsn: str, kind: str, per_worker: int) -> tuple[float, int]:
     script = HERE / ".peer-venv" / "peer_bench.py"
     script.write_text(PEER_SCRIPT)
-    PROBE.start()
     done = subprocess.run(
         [str(python), str(script), dsn, kind, str(WORKERS), str(per_worker)],
         capture_output=True,
@@ -411,8 +446,15 @@ def peer_cycles(python: Path, dsn: str, kind: str, per_worker: int) -> tuple[flo
     )
     if done.returncode != 0:
         raise RuntimeError(f"peer run failed:\n{done.stderr[-3000:]}")
-    cpu = PROBE.per_cycle(WORKERS * per_worker, client=False)
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["rate"]), cpu
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["rate"]), WORKERS * per_worker
+
+
+def peer_cycles(python: Path, dsn: str, kind: str, per_worker: int) -> tuple[float, tuple]:
+    """Upstream's run. CPU per cycle: the server's and upstream's processes', less those of a run of
+    PEER_FIXED calls per worker (start-up, imports, table creation, warm-up), as for our processes."""
+    fixed = run_cost(lambda: peer_run(python, dsn, kind, PEER_FIXED))
+    full = run_cost(lambda: peer_run(python, dsn, kind, per_worker))
+    return full[0], net_per_cycle(full, fixed)
 
 
 # -- the redispatch storm --------------------------------------------------------------------------
@@ -869,6 +911,17 @@ def main() -> int:
         cl = statistics.median(client)
         return [f"{srv:,.0f} + {cl:,.0f}", f"{2e6 / (srv + cl):,.0f}"]
 
+    def total_cpu(key: str) -> float | None:
+        """Median server + client CPU µs per cycle (None when either is unknown)."""
+        server = [c[0] for c in CPU.get(key, []) if c[0] is not None]
+        client = [c[1] for c in CPU.get(key, []) if c[1] is not None]
+        return statistics.median(server) + statistics.median(client) if server and client else None
+
+    def by_cpu(key: str, of: str) -> str:
+        """How the CPU per cycle of ``key`` compares: ``of``'s CPU over ``key``'s."""
+        mine, theirs = total_cpu(key), total_cpu(of)
+        return "–" if not mine or not theirs else f"{theirs / mine:.0%}"
+
     def row(label: str, key: str, compared: str) -> list[str]:
         return [label, f"{med[key]:,.0f}", runs[key], compared, *cpu(key)]
 
@@ -882,17 +935,18 @@ def main() -> int:
         row(
             "the gate alone: claim_transition + complete (receipts on)",
             "gate",
-            f"{med['gate'] / med['raw']:.0%} of raw, {med['gate'] / med['raw_chain']:.0%} of one chain's",
+            f"{med['gate'] / med['raw']:.0%} of raw ({by_cpu('gate', 'raw')} by CPU), "
+            f"{med['gate'] / med['raw_chain']:.0%} of one chain's",
         ),
         row(
             "the gate alone, receipts on, one agent per worker (8 agents)",
             "gate_8_agents",
-            f"{med['gate_8_agents'] / med['raw']:.0%} of raw",
+            f"{med['gate_8_agents'] / med['raw']:.0%} of raw ({by_cpu('gate_8_agents', 'raw')} by CPU)",
         ),
         row(
             "the gate alone, receipt trigger off (bench only)",
             "gate_no_receipts",
-            f"{med['gate_no_receipts'] / med['raw']:.0%} of raw",
+            f"{med['gate_no_receipts'] / med['raw']:.0%} of raw ({by_cpu('gate_no_receipts', 'raw')} by CPU)",
         ),
         row(
             "SDK @ledger (async, 8 tasks, receipts on)",
@@ -927,6 +981,18 @@ def main() -> int:
             ("SDK @ledger, one task on one connection", "one_sdk"),
         )
     ]
+    ours_cpu = {k: total_cpu(k) for k in ("sdk_async", "sdk_threads", "sdk_procs")}
+    peer_cpu = {k: total_cpu(k) for k in ("peer_threads", "peer_procs")}
+    ours_best = min((v, k) for k, v in ours_cpu.items() if v) if any(ours_cpu.values()) else None
+    peer_best = min((v, k) for k, v in peer_cpu.items() if v) if any(peer_cpu.values()) else None
+    cpu_line = (
+        f"By CPU per cycle (server + client, start-up excluded; the least of each side): ours "
+        f"{ours_best[0]:,.0f} µs ({ours_best[1]}), upstream {peer_best[0]:,.0f} µs ({peer_best[1]}): "
+        f"**{peer_best[0] / ours_best[0]:.2f}×** less CPU per cycle. The gate with receipts on: "
+        f"{med['gate'] / med['raw']:.0%} of the raw limit's rate, **{by_cpu('gate', 'raw')}** of it by CPU per "
+        f"cycle (receipt trigger off: {by_cpu('gate_no_receipts', 'raw')})."
+        if ours_best and peer_best else ""
+    )
     storm_line = (
         f"Redispatch storm: {st['dispatches']:,} dispatches of {st['calls']} distinct calls "
         f"(4 processes × 8 tasks, each body 20 ms): **{st['ran']} side effects** for {st['calls']} calls "
@@ -950,7 +1016,9 @@ no-op KEYED_MUTATE tool.
 
 {table(headers, rows)}
 
-Ours vs upstream (best of both sides): **{ratio(best_ours, best_peer)}**. {storm_line}
+Ours vs upstream (best of both sides): **{ratio(best_ours, best_peer)}**. {cpu_line}
+
+{storm_line}
 
 One connection, back to back ({args.seconds / 2:g} s per variant and round; the latency of one claim →
 complete cycle, median of the cycles, then of the rounds):
@@ -963,11 +1031,13 @@ one-chain raw limit, whose every second commit waits for the previous one. An ag
 chains (lanes, chosen by a hash of the request id), so its 8 workers seldom wait for each other's
 appends: one agent does about as well as one agent per worker.
 
-CPU per cycle: the server's (postmaster and children, /proc) and the benchmark process's (none for the
-variants that run in other processes; upstream's server CPU covers its whole run, start-up included),
-median of the rounds; "2 idle cores allow" = 2 s of CPU per second / (server + client). CPU per cycle
-moves far less than throughput with whatever else runs on the machine (it still rises under contention:
-shared caches, lock waits), so it is the steadier figure to compare variants by.
+CPU per cycle: the server's (postmaster and children, /proc) and the client's: the benchmark process's,
+or, for the variants that run in processes of their own (ours and upstream's), those processes' (from
+getrusage), each less what the same processes cost in a run of next to no calls (start-up, imports,
+connections, warm-up), median of the rounds; "2 idle cores allow" = 2 s of CPU per second / (server +
+client); "by CPU" = the raw limit's CPU per cycle over the variant's. CPU per cycle moves far less than
+throughput with whatever else runs on the machine (it still rises under contention: shared caches,
+lock waits), so it is the steadier figure to compare variants by.
 
 Noise: the 2 cores are shared with other processes on the machine while this runs (1-minute load
 average {load} at the rounds' starts and ends), so absolute figures move by tens of percent between

@@ -51,7 +51,8 @@ SELECT * FROM mycelium.record_external_operation(:request_id, :owner, :fence, :r
 -- name: complete_transition
 -- needs: writer
 -- returns: row
-SELECT * FROM mycelium.complete(:request_id, :owner, :fence, :result)
+-- :result_text is the same result as the caller's JSON text (a redispatch returns it, keys in order)
+SELECT * FROM mycelium.complete(:request_id, :owner, :fence, :result, :result_text)
 
 -- name: complete_transition_ack
 -- needs: writer

@@ -4,16 +4,26 @@ Every ``callable: module:function`` under ``tools:`` and ``tasks:`` is imported 
 module by its ledgered version *before* the application starts, so ``from module import function``
 in the app gets the wrapped one. The app then runs in this same interpreter (``-m module`` or a
 script path), as ``python`` would run it.
+
+Nothing but a bug prints a traceback: a wrong configuration or store URL, an app that cannot be
+found, and a ledger error the app lets escape (its store unreachable, a transition that needs a human)
+are one message each and exit 1; the SDK's warnings are one line; the app's own exceptions print the
+traceback ``python`` would print (the app's frames, not this command's).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import runpy
 import sys
+import traceback
+import warnings
 from pathlib import Path
+from types import TracebackType
+from typing import TextIO
 
 from mycelium.cli.client import fail
 
@@ -61,15 +71,29 @@ def parse_command(command: list[str]) -> tuple[str, str, list[str]]:
 
 def run(args: argparse.Namespace) -> int:
     from mycelium.ledger.config import ConfigError, load_config
+    from mycelium.ledger.errors import LedgerError
 
     kind, target, argv = parse_command(list(args.command))
     sys.path.insert(0, os.getcwd() if kind != "script" else str(Path(target).resolve().parent))
+    _check_target(kind, target)
+    _short_sdk_warnings()
     try:
         wrapped = load_config(args.config).instrument_callables()
-    except ConfigError as exc:
+    except (ConfigError, LedgerError, ImportError) as exc:  # ImportError: a store's extra is not installed
         fail(f"{args.config}: {exc}")
     if os.environ.get("MYCELIUM_RUN_VERBOSE"):
         print(f"mycelium run: ledgered {', '.join(wrapped) or 'nothing'}", file=sys.stderr)
+    try:
+        _run_app(kind, target, argv)
+    except (LedgerError, ConfigError) as exc:
+        fail(f"{target}: {type(exc).__name__}: {exc}{_raised_at(exc.__traceback__)}")
+    except Exception as exc:  # the app's own bug: its traceback, as python prints it
+        traceback.print_exception(type(exc), exc, _app_frames(exc.__traceback__))
+        return 1
+    return 0
+
+
+def _run_app(kind: str, target: str, argv: list[str]) -> None:
     if kind == "module":
         sys.argv = [target, *argv]
         runpy.run_module(target, run_name="__main__", alter_sys=True)
@@ -79,4 +103,54 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.argv = ["-c", *argv]
         exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
-    return 0
+
+
+def _check_target(kind: str, target: str) -> None:
+    """The app exists: said as python says it, not as runpy's traceback."""
+    if kind == "script" and not Path(target).is_file():
+        fail(f"can't open file {target!r}: no such file")
+    if kind == "module":
+        try:
+            found = importlib.util.find_spec(target) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            fail(f"no module named {target!r} (run from the folder that holds it, or set PYTHONPATH)")
+
+
+def _in_sdk(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_SDK_DIR)
+
+
+def _app_frames(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from the app's first frame on (this command and runpy are not the app's)."""
+    while tb is not None and (_in_sdk(name := tb.tb_frame.f_code.co_filename) or "runpy" in name):
+        tb = tb.tb_next
+    return tb
+
+
+def _raised_at(tb: TracebackType | None) -> str:
+    """`` (at app.py:12)``: the app's last line on the way to the SDK call that raised."""
+    where = ""
+    for frame, line in traceback.walk_tb(_app_frames(tb)):
+        if _in_sdk(frame.f_code.co_filename):
+            break
+        where = f" (at {os.path.relpath(frame.f_code.co_filename)}:{line})"
+    return where
+
+
+def _short_sdk_warnings() -> None:
+    """The SDK's warnings as one line each (``mycelium: warning: …``); the app's as python shows them."""
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
+        if _in_sdk(filename):
+            print(f"mycelium: warning: {message}", file=file or sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
+_SDK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep

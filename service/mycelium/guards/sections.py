@@ -11,7 +11,7 @@ section              keys
                      ``check_parsed``; or ``message_validator: true``
 ``state_flush``      ``storage`` (memory / file), ``path`` (file), ``flush_on`` (cancel, disconnect, error),
                      ``flush_on_complete`` (true)
-``integrations``     ``langgraph: {enabled: true}``
+``integrations``     ``langgraph: {enabled: true}`` (or ``langgraph: true``)
 tool ``protect:``    ``entity_param``, ``ttl``
 tool ``bounded:``    ``schema``, ``output_schema``, ``entity_param``, ``entity_pattern``, ``allowed_paths``,
                      ``path_param``
@@ -181,7 +181,13 @@ def state_flush(data: dict[str, Any]) -> Any:
 
 def langgraph_enabled(data: dict[str, Any]) -> bool:
     section = normalise("integrations", data.get("integrations"))
-    lg = _mapping(section.get("langgraph"), "integrations.langgraph")
+    raw = section.get("langgraph")
+    if isinstance(raw, bool):  # ``langgraph: true``, upstream's shorthand for ``{enabled: true}``
+        return raw
+    if raw is not None and not isinstance(raw, dict):
+        raise SectionError("integrations.langgraph must be a mapping ({enabled: true}) or true/false, "
+                           f"got {raw!r}")
+    lg = _mapping(raw, "integrations.langgraph")
     _keys(lg, frozenset({"enabled"}), "integrations.langgraph")
     return _bool(lg, "enabled", "integrations.langgraph", False)
 

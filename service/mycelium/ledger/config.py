@@ -186,9 +186,11 @@ class LedgerConfig:
             dead = t.get("presumed_dead_after")
             if t.get("reclaim_requires_death_signal") and dead is None:
                 dead = 2 * lease_ttl
-            storage = _with_receipts(
-                storage_for(url, install_schema=install), url, dict(self.data.get("audit_receipt") or {})
-            )
+            try:
+                store = storage_for(url, install_schema=install)
+            except ValueError as exc:  # a URL that names no store, from the file or the environment
+                raise ConfigError(f"{section}: {exc}") from exc
+            storage = _with_receipts(store, url, dict(self.data.get("audit_receipt") or {}))
             led = self._ledgers[(url, install)] = ActionLedger(
                 storage,
                 agent_id=str(t.get("agent_id", "")),
@@ -465,6 +467,30 @@ class AgentRun:
         return self.__exit__(*exc)
 
 
+#: a tool setting's type, where YAML could give another (``key_param: 123``, ``ledger: "no"``)
+_TOOL_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("callable", "side_effect_class", "retry_permission", "spendability", "capability",
+                     "provider_idempotency_key_param", "request_id_from", "reconciler",
+                     "side_effect_boundary"), (str,)),
+    **dict.fromkeys(("defer_read_only_unknown", "ledger"), (bool,)),
+    "provider_idempotency_key_ttl": (int, float),
+    "scope_from": (dict,),
+}
+
+
+_TYPE_NAMES = {str: "a string", bool: "true or false", int: "a number", float: "a number", dict: "a mapping"}
+
+
+def _check_types(where: str, spec: dict[str, Any]) -> None:
+    for key, value in spec.items():
+        want = _TOOL_TYPES.get(key)
+        if want is None or value is None:
+            continue
+        if not isinstance(value, want) or (bool not in want and isinstance(value, bool)):
+            names = " or ".join(dict.fromkeys(_TYPE_NAMES[t] for t in want))
+            raise ConfigError(f"{where}.{key} must be {names}, not {value!r}")
+
+
 def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn)
 
@@ -492,6 +518,7 @@ def load_config(path: str | Path) -> LedgerConfig:
         bad = set(spec or {}) - TOOL_KEYS
         if bad:
             raise ConfigError(f"tools.{name}: unknown key(s) {', '.join(sorted(bad))}")
+        _check_types(f"tools.{name}", spec or {})
     for name, spec in (data.get("tasks") or {}).items():
         bad = set(spec or {}) - TASK_KEYS
         if bad:

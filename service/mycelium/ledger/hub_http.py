@@ -1,6 +1,8 @@
 """The ledger through the hub's HTTP API (``/api/transitions/…``), for agents without database access.
 
-The hub calls the same SQL verbs, so decisions and refusals are identical to the direct store's.
+The hub calls the same SQL verbs, so decisions and refusals are identical to the direct store's. A
+result travels as its JSON text (``result_text``) and comes back as the hub kept it, so a redispatch
+returns it exactly as the first caller had it.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class HubLedgerStorage:
         return await self._fenced("/external-operation", request_id, owner, fence, ref=ref)
 
     async def complete(self, request_id: str, owner: str, fence: int, result: Any) -> None:
-        await self._fenced("/complete", request_id, owner, fence, result=jsonable(result))
+        await self._fenced("/complete", request_id, owner, fence, result_text=_encode(result).decode())
 
     async def fail(
         self, request_id: str, owner: str, fence: int, error: str | None, after_effect: bool | None = None
@@ -152,6 +154,9 @@ class HubLedgerStorage:
         self._bridge.stop()
 
 
+_encode = msgspec.json.Encoder(enc_hook=str).encode
+
+
 def jsonable(value: Any) -> Any:
     """A JSON-ready copy (unknown objects as text), as the direct store's codec stores them."""
-    return msgspec.json.decode(msgspec.json.encode(value, enc_hook=str))
+    return msgspec.json.decode(_encode(value))

@@ -19,7 +19,6 @@ import logging
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import asyncpg
@@ -52,10 +51,8 @@ def _encode_json(value: Any) -> str:
 
 def as_transition(row: Any) -> Transition:
     """A row as a Transition, its result decoded from the caller's JSON text where that was kept (the
-    jsonb column sorts an object's keys)."""
-    t = Transition.from_mapping(row)
-    text = row.get("result_text") if hasattr(row, "get") else None
-    return t if text is None else replace(t, result=msgspec.json.decode(text))
+    jsonb column sorts an object's keys; :meth:`Transition.from_mapping` reads ``result_text``)."""
+    return Transition.from_mapping(row)
 
 
 def translate(exc: BaseException) -> LedgerError:

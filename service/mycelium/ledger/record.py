@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from mycelium.ledger.envelope import LeaseValidity
 
 
@@ -60,14 +62,18 @@ class Transition:
 
     @classmethod
     def from_mapping(cls, row: Any) -> Transition:
-        """From an asyncpg record or a JSON object (timestamps as ISO strings)."""
+        """From an asyncpg record or a JSON object (timestamps as ISO strings). Where the row kept the
+        result as the caller's JSON text (``result_text``), the result is decoded from it: the jsonb
+        column sorts an object's keys, the text keeps them as the first caller had them."""
         values: dict[str, Any] = {}
         for name, value in row.items():
             if name not in _TRANSITION_FIELDS:
+                if name == "result_text" and value is not None:
+                    values["result"] = msgspec.json.decode(value)
                 continue
             if isinstance(value, str) and name in _TIMESTAMPS:
                 value = datetime.fromisoformat(value)
-            values[name] = value
+            values.setdefault(name, value)
         return cls(**values)
 
     def to_json(self) -> dict[str, Any]:
