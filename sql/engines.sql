@@ -428,14 +428,14 @@ $$;
 
 -- One step of a run, in one transaction, compared and swapped on the run's seq (p_seq: the seq
 -- the worker computed from; 409 step_moved otherwise) and its lease (409 lease_lost):
---   p_trace      the entry of the step just taken (turn = run.turn + 1), or NULL;
+--   p_trace      the entries of the steps just taken (an array, or one object; turns run.turn + 1, …);
 --   p_posts      messages to post as the engine, in order ([{event, content, kind, subkind,
 --                payload_type, payload, recipients}]); the last 'turn' post is the question asked;
 --   p_step       the current step after this one, p_waiting whom it waits for, p_wait_seconds
 --                how long (the deadline, on the database clock), p_pending the conductor's state;
 --   p_speakers   the floor: held by the engine for exactly these members (NULL: left as it is);
 --   p_close      resolved, rejected, converged or failed to close the run (floor released);
---   p_memory     a memory to write as the engine ({key, text, meta}), e.g. the saved decision.
+--   p_memory     memories to write as the engine ([{key, text, meta}]): the saved decision, the record.
 CREATE OR REPLACE FUNCTION mycelium.engine_step(
   p_room text, p_run bigint, p_worker text, p_seq integer, p_trace jsonb, p_posts jsonb,
   p_step text, p_waiting text[], p_wait_seconds double precision, p_pending jsonb,
@@ -449,8 +449,12 @@ DECLARE
   asked bigint;
   next_seq integer;
   written mycelium.memories;
+  old_turn integer;
+  old_step text;
 BEGIN
   SELECT * INTO r FROM mycelium.engine_runs WHERE room = p_room AND id = p_run FOR UPDATE;
+  old_turn := r.turn;
+  old_step := r.step;
   IF NOT FOUND THEN
     PERFORM mycelium.refuse(404, 'run_not_found', format('no run %s in room %L', p_run, p_room));
   END IF;
@@ -470,12 +474,13 @@ BEGIN
       format('run %s is at seq %s, not %s: read it again', r.short_id, r.seq, p_seq),
       jsonb_build_object('seq', r.seq));
   END IF;
-  IF p_trace IS NOT NULL THEN
+  FOR p IN SELECT * FROM jsonb_array_elements(CASE jsonb_typeof(p_trace) WHEN 'array' THEN p_trace
+                                                  WHEN 'object' THEN jsonb_build_array(p_trace) ELSE '[]' END) LOOP
     r.turn := r.turn + 1;
     INSERT INTO mycelium.engine_trace (room, run_id, turn, step, entry, worker)
-    VALUES (p_room, r.id, r.turn, coalesce(p_trace ->> 'step', r.step, ''), p_trace || jsonb_build_object('turn', r.turn),
+    VALUES (p_room, r.id, r.turn, coalesce(p ->> 'step', r.step, ''), p || jsonb_build_object('turn', r.turn),
             p_worker);
-  END IF;
+  END LOOP;
   IF p_close IS NULL AND p_speakers IS NOT NULL THEN
     PERFORM mycelium.hold_floor(p_room, r.episode, r.engine, p_speakers, r.engine);
   ELSIF p_close IS NOT NULL THEN
@@ -495,13 +500,14 @@ BEGIN
       asked := posted.position;
     END IF;
   END LOOP;
-  IF p_memory IS NOT NULL THEN
-    written := mycelium.write_memory(p_room, p_memory ->> 'key', jsonb_build_object('text', p_memory ->> 'text'),
-                                     r.engine, NULL, p_memory -> 'meta');
-  END IF;
+  FOR p IN SELECT * FROM jsonb_array_elements(CASE jsonb_typeof(p_memory) WHEN 'array' THEN p_memory
+                                                  WHEN 'object' THEN jsonb_build_array(p_memory) ELSE '[]' END) LOOP
+    written := mycelium.write_memory(p_room, p ->> 'key', jsonb_build_object('text', p ->> 'text'),
+                                     r.engine, NULL, p -> 'meta');
+  END LOOP;
   UPDATE mycelium.engine_runs SET
     seq = r.seq + 1, turn = r.turn, step = p_step,
-    asked_position = coalesce(asked, CASE WHEN p_step IS DISTINCT FROM r.step OR p_trace IS NOT NULL
+    asked_position = coalesce(asked, CASE WHEN p_step IS DISTINCT FROM old_step OR r.turn <> old_turn
                                           THEN NULL ELSE r.asked_position END),
     waiting = coalesce(p_waiting, '{}'),
     deadline = CASE WHEN p_wait_seconds IS NULL THEN NULL ELSE now() + make_interval(secs => p_wait_seconds) END,

@@ -82,18 +82,15 @@ FROM mycelium.engine_step(mycelium.acting(:room, :actor, :actor_kind, :defer_wak
 
 -- name: engine_run
 -- returns: row
-SELECT * FROM mycelium.engine_runs WHERE room = :room AND id = :id
+-- the run, whether its deadline passed (the database's clock), and whether it has something to do
+-- now: no question asked yet, every member it waits for answered, or its deadline passed
+SELECT r.*, coalesce(r.deadline <= now(), false) AS expired,
+       r.state = 'open' AND (r.asked_position IS NULL OR r.deadline <= now()
+         OR (SELECT count(*) FROM mycelium.run_replies(r.room, r.id)) >= cardinality(r.waiting)) AS due
+FROM mycelium.engine_runs r WHERE r.room = :room AND r.id = :id
 
 -- name: run_replies
 SELECT * FROM mycelium.run_replies(:room, :run)
-
--- name: run_due
--- returns: value
--- whether a run has something to do now: no question asked yet, every member it waits for
--- answered, or its deadline passed (the database's clock)
-SELECT r.asked_position IS NULL OR r.deadline <= now()
-       OR (SELECT count(*) FROM mycelium.run_replies(r.room, r.id)) >= cardinality(r.waiting)
-FROM mycelium.engine_runs r WHERE r.room = :room AND r.id = :id AND r.state = 'open'
 
 -- name: row_title
 -- returns: row
@@ -133,3 +130,11 @@ WHERE r.room = :room AND r.short_id = :short_id
                                              WHERE p.room = r.room AND p.run_id = r.id))
   AND t.payload_type NOT IN ('ping', 'notice', 'presence', 'keepalive')
 ORDER BY t.position
+
+-- name: due_engine_runs
+-- the open runs a worker holds that have something to do now (see engine_run), oldest first
+SELECT r.*, coalesce(r.deadline <= now(), false) AS expired FROM mycelium.engine_runs r
+WHERE r.lease_owner = :worker AND r.state = 'open' AND r.lease_until > now()
+  AND (r.asked_position IS NULL OR r.deadline <= now()
+       OR (SELECT count(*) FROM mycelium.run_replies(r.room, r.id)) >= cardinality(r.waiting))
+ORDER BY r.id
