@@ -297,3 +297,122 @@ async def test_the_gateway_refuses_unknown_kinds_and_duplicate_engines(hub):
             sender_role="agent",
         )
     assert forged.value.status == 403 and forged.value.error in ("reserved_handle", "actor_mismatch")
+
+
+def by_step(**answers: str):
+    """A rule answering the steps named (``rate="[[mycelium: A=80]]"``), silent otherwise."""
+
+    def rule(text: str) -> str | None:
+        for step, answer in answers.items():
+            if f"· {step.replace('_', '-')} ·" in text:
+                return answer
+        return None
+
+    return rule
+
+
+async def test_round_robin_asks_each_member_in_turn_for_two_rounds(admin_conn, engines_hub, agents):
+    await setup_room(admin_conn)
+    key, episode = await make_task(admin_conn, "atlas", "Talk it over")
+    await engines_hub()
+    for h in ("ann", "bob", "cy"):
+        agents(h, by_step(talk=f"{h} thinks so"))
+    await coordinate(admin_conn, "atlas", key, "round-robin @ann @bob @cy: what next?")
+    run = await closed_run(admin_conn, "atlas", episode)
+    assert run["state"] == "resolved" and run["turn"] == 6
+    turns = [p for p in await posts_of(admin_conn, "atlas", run["id"]) if p["event"] == "turn"]
+    assert [list(p["recipients"]) for p in turns] == [["ann"], ["bob"], ["cy"]] * 2
+    assert [p["payload"]["conductor"]["round"] for p in turns] == [1, 1, 1, 2, 2, 2]
+    assert "Round 2 of 2" in turns[3]["content"] and "ann: ann thinks so" in turns[3]["content"]
+
+
+async def test_fan_out_gives_every_worker_the_floor_at_once_then_the_lead_combines(
+    admin_conn, engines_hub, agents
+):
+    await setup_room(admin_conn)
+    key, episode = await make_task(admin_conn, "atlas", "Split the work")
+    await engines_hub()
+    agents("lead", by_step(combine="Combined."))
+    agents("w1", by_step(work="part one"))
+    speakers: list[list[str]] = []
+
+    async def floor_then_answer():
+        f = await admin_conn.fetchrow("SELECT speakers FROM mycelium.floors WHERE episode = $1", episode)
+        if f and list(f["speakers"]) not in speakers:
+            speakers.append(list(f["speakers"]))
+        return len(speakers) >= 1 and ["w1", "w2"] in speakers
+
+    await coordinate(admin_conn, "atlas", key, "fan-out @lead @w1 @w2: build it")
+    await eventually(floor_then_answer, step=0.01)
+    await admin_conn.execute("SELECT * FROM mycelium.reply('atlas', 'w2', 'part two', NULL, $1)", episode)
+    run = await closed_run(admin_conn, "atlas", episode)
+    assert run["state"] == "resolved"
+    trace = await trace_of(admin_conn, "atlas", run["id"])
+    assert [(t["step"], t["entry"]["to"]) for t in trace] == [("work", ["w1", "w2"]), ("combine", ["lead"])]
+    combine = [p for p in await posts_of(admin_conn, "atlas", run["id"]) if p["event"] == "turn"][-1]
+    assert "w1: part one" in combine["content"] and "w2: part two" in combine["content"]
+
+
+async def test_concord_repairs_once_then_converges_and_saves_the_decision(admin_conn, engines_hub, agents):
+    await setup_room(admin_conn)
+    key, episode = await make_task(admin_conn, "atlas", "Pick a launch day")
+    await engines_hub()
+    agents("ann", by_step(suggest="Friday", rate="[[mycelium: A=90 B=40]]", rerate="[[mycelium: C=85]]"))
+    agents("bob", by_step(suggest="  friday ", rate="[[mycelium: A=80 B=60]]", rerate="[[mycelium: C=75]]"))
+    agents(
+        "cy",
+        by_step(
+            suggest="Monday",
+            rate="[[mycelium: A=50 B=90]]",
+            fix="Saturday",
+            rerate="[[mycelium: C=80 confidence=0.8]]",
+        ),
+    )
+    await coordinate(admin_conn, "atlas", key, "concord @ann @bob @cy: which day do we launch?")
+    run = await closed_run(admin_conn, "atlas", episode)
+    assert run["state"] == "converged", run["reason"]
+    trace = await trace_of(admin_conn, "atlas", run["id"])
+    assert [t["step"] for t in trace] == ["suggest"] * 3 + ["rate", "pick", "fix", "rerate", "pick"]
+    first_pick, last_pick = trace[4]["entry"]["select"], trace[7]["entry"]["select"]
+    assert (first_pick["pick"], first_pick["outcome"], first_pick["least_happy"]) == ("A", "infeasible", "cy")
+    assert (last_pick["pick"], last_pick["outcome"], last_pick["lowest"]) == ("C", "feasible", 75)
+    assert trace[5]["entry"]["to"] == ["cy"]  # the least happy proposes the fix
+    posts = await posts_of(admin_conn, "atlas", run["id"])
+    close = posts[-1]
+    assert (close["kind"], close["subkind"]) == ("commit", "converged")
+    assert close["content"] == "✓ Everyone's on board: going with C: Saturday"
+    assert close["payload"]["assignments"] == {"decision": "Saturday"}
+    assert close["payload"]["metrics"] == {"min_satisfaction": 0.75} and close["payload"]["within"] == key
+    decision = await admin_conn.fetchrow(
+        "SELECT body, created_by, meta FROM mycelium.memories WHERE room = 'atlas' AND key = $1",
+        "context/decision/" + key.removeprefix("work/"),
+    )
+    assert decision["body"] == "Saturday" and decision["created_by"] == "conductor"
+    # the folded duplicate credits both authors
+    assert run["pending"]["options"][0] == {"label": "A", "text": "Friday", "authors": ["ann", "bob"]}
+
+
+async def test_concord_without_agreement_is_rejected_with_the_best_option_named(
+    admin_conn, engines_hub, agents
+):
+    await setup_room(admin_conn)
+    key, episode = await make_task(admin_conn, "atlas", "No deal")
+    await engines_hub()
+    agents("ann", by_step(suggest="Tea", rate="[[mycelium: A=90 B=10]]", rerate="[[mycelium: C=10 D=10]]"))
+    agents(
+        "bob",
+        by_step(
+            suggest="Coffee", rate="[[mycelium: A=10 B=90]]", fix="Water", rerate="[[mycelium: C=10 D=10]]"
+        ),
+    )
+    await coordinate(admin_conn, "atlas", key, "concord @ann @bob: what do we drink?")
+    run = await closed_run(admin_conn, "atlas", episode)
+    assert run["state"] == "rejected"
+    close = (await posts_of(admin_conn, "atlas", run["id"]))[-1]
+    assert close["content"].startswith("✗ Couldn't get everyone there. Best was ")
+    assert (
+        await admin_conn.fetchval(
+            "SELECT count(*) FROM mycelium.memories WHERE key LIKE 'context/decision/%'"
+        )
+        == 0
+    )

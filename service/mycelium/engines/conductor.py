@@ -27,7 +27,7 @@ SHOW_WORDS = ("show", "spec")
 STEP_TIMEOUT_SECONDS = 120.0
 _MENTION = re.compile(TOKEN_PATTERN)
 _FIELD = re.compile(r"\{([a-z_]+)\}")
-_AT = re.compile(r"@(?=~?[A-Za-z0-9])")
+_AT = re.compile(r"(?:^|(?<=[\s(<]))@(?=~?[A-Za-z0-9])")  # a mention's @ (core.mentions), not an email's
 
 
 def neutralise(text: str) -> str:
