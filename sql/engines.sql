@@ -549,7 +549,7 @@ SELECT r.room, r.id AS run_id, r.short_id,
        CASE WHEN r.state = 'failed' THEN 'rejected' ELSE r.state END AS outcome,
        CASE WHEN r.state IN ('resolved', 'rejected', 'converged') THEN r.state END AS subkind,
        r.engine, r.protocol, r.flow, r.episode AS within, r.task_key, r.step AS current_step, r.turn,
-       r.reason, r.outcome_text, r.metrics, r.created_at, r.updated_at, r.closed_at,
+       r.reason, r.outcome_text, r.metrics, r.pending, r.created_at, r.updated_at, r.closed_at,
        coalesce((SELECT jsonb_agg(t.entry ORDER BY t.turn) FROM mycelium.engine_trace t
                  WHERE t.room = r.room AND t.run_id = r.id), '[]') AS trace,
        (SELECT count(*) FROM mycelium.engine_posts p WHERE p.room = r.room AND p.run_id = r.id) AS post_count

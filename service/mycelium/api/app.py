@@ -15,6 +15,7 @@ from mycelium.api import (
     assignments,
     board,
     config,
+    engines,
     errors,
     fields,
     health,
@@ -63,6 +64,7 @@ def create_app(
         tasks.TaskController, assignments.AssignmentController, fields.FieldsController, *board.ROUTES,
         *CONVERSATION_ROUTES,
         TransitionController, ReceiptController,
+        engines.EngineController,
         *config.ROUTES,
     ]
     return Litestar(
