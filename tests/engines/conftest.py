@@ -14,6 +14,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from tests.conversations.conftest import hub_process  # noqa: F401 (`mycelium up` processes)
 from tests.workers.conftest import WorkerProcess
 
 Rule = Callable[[str], str | None]

@@ -35,6 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("mycelium.cli.run", "run a Python app with the configured tools ledgered (-- python -m app)"),
     "demo": ("mycelium.cli.demo", "see the redispatch bug and the fix (two processes, embedded database)"),
     "init": ("mycelium.cli.init", "write a starter mycelium.yaml and a ledgered tool (--minimal, --full)"),
+    "engine": ("mycelium.cli.engines", "engines: create, ls, invoke, flows, episodes"),
+    "agent": ("mycelium.cli.engines", "the room's members: ls (people, agents, engines)"),
 }
 
 
