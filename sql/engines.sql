@@ -426,6 +426,57 @@ BEGIN
 END
 $$;
 
+-- An episode's quality (hub.md §11.3; mirrors mycelium.engines.metrics): over the members who stated
+-- a confidence (first and last, {handle: 0..1}); NULL with fewer than two reporters or fewer than
+-- all members but one. MPC = mean last confidence; GAR = share of reporters whose move agrees with
+-- the group's side of 0.5 (at exactly 0.5: those who did not move); SCR = social-compliance
+-- revisions over revisions (a flow records no deference, so a move over 0.05 is a grounded
+-- argument); provenance weight = (1 - SCR) x GAR; rounded to 4 places.
+CREATE OR REPLACE FUNCTION mycelium.episode_quality(p_first jsonb, p_last jsonb, p_cast jsonb)
+RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+  WITH reporters AS (
+    SELECT h, (p_last ->> h)::numeric AS last, coalesce((p_first ->> h)::numeric, (p_last ->> h)::numeric) AS first
+    FROM jsonb_array_elements_text(coalesce(p_cast, '[]')) AS c (h)
+    WHERE jsonb_typeof(p_last -> h) = 'number'
+  ), m AS (
+    SELECT count(*) AS n, avg(last) AS mpc FROM reporters
+  ), g AS (
+    SELECT count(*) FILTER (WHERE CASE WHEN m.mpc = 0.5 THEN r.last = r.first
+                                       ELSE (r.last - r.first) * (m.mpc - 0.5) >= 0 END) AS genuine,
+           count(*) FILTER (WHERE abs(r.last - r.first) > 0.05) AS revised
+    FROM reporters r, m
+  )
+  SELECT CASE WHEN m.n < 2 OR m.n < jsonb_array_length(coalesce(p_cast, '[]')) - 1 THEN NULL
+              ELSE jsonb_build_object('mpc', round(m.mpc, 4), 'gar', round(g.genuine::numeric / m.n, 4), 'scr', 0,
+                                      'provenance_weight', round(g.genuine::numeric / m.n, 4), 'participants', m.n)
+         END
+  FROM m, g
+$$;
+
+-- The record of a run as upstream writes log/episodes/<short_id>.md: the header, the flow (JSON,
+-- which is YAML) and the trace (one JSON line per step).
+CREATE OR REPLACE FUNCTION mycelium.episode_record(p_room text, p_run bigint) RETURNS text
+LANGUAGE sql STABLE AS $$
+  SELECT format(E'# Episode %s\n\n- topic: `urn:concept:mycelium:%s`\n- outcome: **%s**\n- participants: %s\n%s- within: `%s`\n%s\n## Flow\n\n```yaml\n%s\n```\n\n## Trace\n\n```jsonl\n%s\n```\n',
+           mycelium.episode_urn(r.room, r.short_id), r.room, r.state,
+           (SELECT string_agg(h, ', ') FROM jsonb_array_elements_text(r.flow -> 'cast') AS c (h)),
+           coalesce((SELECT format(E'- quality: MPC %s · GAR %s · SCR %s · provenance weight %s\n',
+                                   q ->> 'mpc', q ->> 'gar', q ->> 'scr', q ->> 'provenance_weight')
+                     FROM mycelium.episode_quality(r.pending -> 'first_confidence', r.pending -> 'last_confidence',
+                                                   r.flow -> 'cast') AS q WHERE q IS NOT NULL), '')
+             || coalesce(format(E'- satisfaction: min %s\n', r.metrics ->> 'min_satisfaction'), ''),
+           r.episode,
+           CASE WHEN r.state = 'converged' AND r.task_key IS NOT NULL
+                THEN format(E'- memory: `context/decision/%s`\n', regexp_replace(r.task_key, '^work/', '')) ELSE '' END,
+           jsonb_pretty(jsonb_build_object('name', r.flow #> '{protocol,name}', 'description',
+                          r.flow #> '{protocol,description}', 'roles', r.flow #> '{protocol,roles}',
+                          'steps', r.flow #> '{protocol,steps}', 'bound', r.flow -> 'bound', 'cast', r.flow -> 'cast',
+                          'ask', r.flow -> 'ask')),
+           coalesce((SELECT string_agg(t.entry::text, E'\n' ORDER BY t.turn) FROM mycelium.engine_trace t
+                     WHERE t.room = r.room AND t.run_id = r.id), ''))
+  FROM mycelium.engine_runs r WHERE r.room = p_room AND r.id = p_run
+$$;
+
 -- One step of a run, in one transaction, compared and swapped on the run's seq (p_seq: the seq
 -- the worker computed from; 409 step_moved otherwise) and its lease (409 lease_lost):
 --   p_trace      the entries of the steps just taken (an array, or one object; turns run.turn + 1, …);
@@ -520,6 +571,11 @@ BEGIN
     updated_at = now()
   WHERE room = p_room AND id = r.id
   RETURNING * INTO r;
+  IF p_close IS NOT NULL THEN
+    written := mycelium.write_memory(p_room, 'log/episodes/' || r.short_id,
+      jsonb_build_object('text', mycelium.episode_record(p_room, r.id)), r.engine, NULL,
+      jsonb_build_object('outcome', r.state, 'within', r.episode, 'flow', r.protocol));
+  END IF;
   RETURN r;
 END
 $$;
@@ -550,6 +606,8 @@ SELECT r.room, r.id AS run_id, r.short_id,
        CASE WHEN r.state IN ('resolved', 'rejected', 'converged') THEN r.state END AS subkind,
        r.engine, r.protocol, r.flow, r.episode AS within, r.task_key, r.step AS current_step, r.turn,
        r.reason, r.outcome_text, r.metrics, r.pending, r.created_at, r.updated_at, r.closed_at,
+       mycelium.episode_quality(r.pending -> 'first_confidence', r.pending -> 'last_confidence', r.flow -> 'cast')
+         AS quality,
        coalesce((SELECT jsonb_agg(t.entry ORDER BY t.turn) FROM mycelium.engine_trace t
                  WHERE t.room = r.room AND t.run_id = r.id), '[]') AS trace,
        (SELECT count(*) FROM mycelium.engine_posts p WHERE p.room = r.room AND p.run_id = r.id) AS post_count

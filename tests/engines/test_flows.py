@@ -416,3 +416,42 @@ async def test_concord_without_agreement_is_rejected_with_the_best_option_named(
         )
         == 0
     )
+
+
+async def test_the_episode_record_and_its_metrics_are_in_the_database(admin_conn, engines_hub, agents):
+    await setup_room(admin_conn)
+    key, episode = await make_task(admin_conn, "atlas", "Measured")
+    await engines_hub()
+    agents("nova", by_step(draft="v1 [[mycelium: confidence=0.5]]", rework="v2 [[mycelium: confidence=0.8]]"))
+    seen = {"n": 0}
+
+    def julia(text: str) -> str | None:
+        if "· review ·" not in text:
+            return None
+        seen["n"] += 1
+        return (
+            "Not yet [[mycelium: stance=reject confidence=0.6]]"
+            if seen["n"] == 1
+            else "Yes [[mycelium: stance=accept confidence=0.9]]"
+        )
+
+    agents("julia", julia)
+    await coordinate(admin_conn, "atlas", key, "review @nova @julia: measure it")
+    run = await closed_run(admin_conn, "atlas", episode)
+    assert run["state"] == "resolved" and run["turn"] == 4
+    quality = await admin_conn.fetchval(
+        "SELECT quality FROM mycelium.episodes WHERE short_id = $1", run["short_id"]
+    )
+    assert quality == {"mpc": 0.85, "gar": 1, "scr": 0, "provenance_weight": 1, "participants": 2}
+    record = await admin_conn.fetchrow(
+        "SELECT body, created_by FROM mycelium.memories WHERE key = $1", f"log/episodes/{run['short_id']}"
+    )
+    assert record["created_by"] == "conductor"
+    body = record["body"]
+    assert body.startswith(f"# Episode urn:ioc:mycelium:episode:atlas:{run['short_id']}")
+    assert (
+        "- outcome: **resolved**" in body
+        and "MPC 0.8500 · GAR 1.0000" in body
+        and f"- within: `{episode}`" in body
+    )
+    assert body.count('"step": ') >= 4 and "## Trace" in body and "## Flow" in body

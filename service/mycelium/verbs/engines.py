@@ -8,7 +8,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mycelium.engines.metrics import compute_metrics
 from mycelium.verbs.messages import MessageRead, message_read
 
 
@@ -92,17 +91,10 @@ class EpisodeListResponse(BaseModel):
 
 
 def episode_metrics(row: Any) -> dict[str, Any] | None:
-    """The run's recorded metrics with MPC, GAR, SCR and provenance weight from its confidences."""
-    pending = row["pending"] or {}
-    quality = compute_metrics(
-        pending.get("first_confidence", {}),
-        pending.get("last_confidence", {}),
-        list(row["flow"].get("cast", [])),
-    )
-    recorded = row["metrics"] or {}
-    if quality is None and not recorded:
-        return None
-    return {**(quality or {}), **recorded}
+    """MPC, GAR, SCR and provenance weight (computed by the database: mycelium.episode_quality) and
+    what the run recorded (min_satisfaction of a convergence); None when there is neither."""
+    quality, recorded = row["quality"] or {}, row["metrics"] or {}
+    return {**quality, **recorded} if quality or recorded else None
 
 
 def episode_summary(row: Any, message_count: int | None = None) -> EpisodeSummaryRead:
