@@ -24,6 +24,7 @@ def downgrade() -> None:
       -- (CASCADE: the functions that take or return these rows go with them)
       DROP TRIGGER IF EXISTS messages_admit_engine ON mycelium.messages;
       DROP TRIGGER IF EXISTS messages_summon_engines ON mycelium.messages;
+      DROP TRIGGER IF EXISTS memories_protocol_valid ON mycelium.memories;
       DROP VIEW IF EXISTS mycelium.episodes;
       DROP FUNCTION IF EXISTS mycelium.invoke_engine(text, text, text, text, text),
         mycelium.coordinate(text, text, text, text, text);

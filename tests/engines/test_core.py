@@ -36,33 +36,33 @@ def test_roles_bind_in_order_and_too_few_members_are_named_in_the_answer():
         bind_roles(BUILT_IN["gated"], ["a"])
 
 
-@pytest.mark.parametrize(
-    ("spec", "problem"),
-    [
-        ({"name": "x", "steps": []}, "at least one step"),
-        ({"name": "x", "steps": [{"id": "a", "to": "each", "next": "b"}]}, "next names no step 'b'"),
-        ({"name": "x", "steps": [{"id": "a", "to": "each", "next": "a"}]}, "at least one end step"),
-        (
-            {"name": "x", "steps": [{"id": "a", "to": "each", "next": "z"}, {"id": "z", "end": "done"}]},
-            "end is one of",
-        ),
-        ({"name": "x", "steps": [{"id": "z", "end": "resolved", "to": "all"}]}, "neither addresses anyone"),
-        ({"name": "x", "roles": ["each"], "steps": [{"id": "z", "end": "resolved"}]}, "name of a group"),
-        ({"name": "x", "roles": ["a", "a"], "steps": [{"id": "z", "end": "resolved"}]}, "distinct"),
-        (
-            {"name": "x", "steps": [{"id": "a", "to": "ghost", "next": "z"}, {"id": "z", "end": "resolved"}]},
-            "to is a role",
-        ),
-        (
-            {
-                "name": "x",
-                "steps": [{"id": "a", "to": "all", "next": {"maybe": "z"}}, {"id": "z", "end": "resolved"}],
-            },
-            "branches on",
-        ),
-        ("name: [unclosed", "not readable YAML"),
-    ],
-)
+BAD_FLOWS = [
+    ({"name": "x", "steps": []}, "at least one step"),
+    ({"name": "x", "steps": [{"id": "a", "to": "each", "next": "b"}]}, "next names no step 'b'"),
+    ({"name": "x", "steps": [{"id": "a", "to": "each", "next": "a"}]}, "at least one end step"),
+    (
+        {"name": "x", "steps": [{"id": "a", "to": "each", "next": "z"}, {"id": "z", "end": "done"}]},
+        "end is one of",
+    ),
+    ({"name": "x", "steps": [{"id": "z", "end": "resolved", "to": "all"}]}, "neither addresses anyone"),
+    ({"name": "x", "roles": ["each"], "steps": [{"id": "z", "end": "resolved"}]}, "name of a group"),
+    ({"name": "x", "roles": ["a", "a"], "steps": [{"id": "z", "end": "resolved"}]}, "distinct"),
+    (
+        {"name": "x", "steps": [{"id": "a", "to": "ghost", "next": "z"}, {"id": "z", "end": "resolved"}]},
+        "to is a role",
+    ),
+    (
+        {
+            "name": "x",
+            "steps": [{"id": "a", "to": "all", "next": {"maybe": "z"}}, {"id": "z", "end": "resolved"}],
+        },
+        "branches on",
+    ),
+    ("name: [unclosed", "not readable YAML"),
+]
+
+
+@pytest.mark.parametrize(("spec", "problem"), BAD_FLOWS)
 def test_a_flow_that_cannot_run_is_refused_with_what_is_wrong(spec, problem):
     with pytest.raises(FlowError, match=problem):
         parse_protocol(spec)

@@ -230,7 +230,7 @@ async def test_summons_answered_in_place_refused_from_the_room_and_while_a_run_g
     outcomes = [r["outcome"] for r in rows]
     assert outcomes == ["answered", "answered", "refused", "refused", "refused", "started", "refused"]
     assert "gated" in rows[0]["content"] and "concord" in rows[0]["content"]
-    assert "protocols/gated" in rows[1]["content"] and "```yaml" in rows[1]["content"]
+    assert "protocols/gated" in rows[1]["content"] and "```json" in rows[1]["content"]
     assert "A run needs a task" in rows[2]["content"] and "board coordinate" in rows[2]["content"]
     assert "No flow 'tango'" in rows[3]["content"] and "Built in:" in rows[3]["content"]
     assert "1 were named" in rows[4]["content"]

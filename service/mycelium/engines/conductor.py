@@ -12,6 +12,7 @@ the same move, and the database applies it once (``mycelium.engine_step``).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -83,9 +84,9 @@ def catalogue_text(flows: Mapping[str, Protocol], room_names: Sequence[str]) -> 
 
 
 def show_text(protocol: Protocol) -> str:
-    return (
-        f"Save this as protocols/{protocol.name} to change it for this room:\n\n```yaml\n{protocol.yaml()}```"
-    )
+    spec = json.dumps(protocol.as_dict(), indent=2, ensure_ascii=False)
+    return (f"Save this as protocols/{protocol.name} to change it for this room (JSON, which YAML reads "
+            f"too):\n\n```json\n{spec}\n```")
 
 
 def unknown_text(word: str, flows: Mapping[str, Protocol], builtin: Sequence[str]) -> str:
