@@ -136,5 +136,8 @@ ORDER BY t.position
 SELECT r.*, coalesce(r.deadline <= now(), false) AS expired FROM mycelium.engine_runs r
 WHERE r.lease_owner = :worker AND r.state = 'open' AND r.lease_until > now()
   AND (r.asked_position IS NULL OR r.deadline <= now()
-       OR (SELECT count(*) FROM mycelium.run_replies(r.room, r.id)) >= cardinality(r.waiting))
+       OR (SELECT count(DISTINCT m.sender) FROM mycelium.messages m
+           WHERE m.room = r.room AND m.episode = r.episode AND m.position > r.asked_position
+             AND m.sender = ANY (r.waiting) AND m.kind = 'exchange' AND m.payload_type IN ('message', 'reply'))
+          >= cardinality(r.waiting))
 ORDER BY r.id

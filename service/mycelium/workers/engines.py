@@ -38,8 +38,11 @@ from mycelium.workers.loop import Loop, LoopContext
 log = logging.getLogger("mycelium.engines")
 
 POLL_SECONDS = 0.25
+GATHER_SECONDS = 0.005
 SUMMON_BATCH = 20
 RUN_CAPACITY = 500
+#: runs moved at once by one process (each on a pooled connection)
+MOVES_AT_ONCE = 4
 
 
 def _float_env(name: str, default: float) -> float:
@@ -189,16 +192,22 @@ class EngineWorker:
             )
 
     async def move_runs(self) -> int:
-        moved = 0
-        for run in await self.verbs.call(NOBODY, "due_engine_runs", worker=self.id):
-            try:
-                if await self.step(run):
-                    moved += 1
-            except Refusal as r:
-                if r.error not in ("lease_lost", "step_moved", "run_closed"):
-                    raise
-                log.info("run %s: %s", run["short_id"], r.message)
-        return moved
+        """Move every run that has something to do, a few at a time (each move is its own
+        transaction on its own connection; runs are independent)."""
+        gate = asyncio.Semaphore(MOVES_AT_ONCE)
+
+        async def one(run: Mapping[str, Any]) -> bool:
+            async with gate:
+                try:
+                    return await self.step(run)
+                except Refusal as r:
+                    if r.error not in ("lease_lost", "step_moved", "run_closed"):
+                        raise
+                    log.info("run %s: %s", run["short_id"], r.message)
+                    return False
+
+        due = await self.verbs.call(NOBODY, "due_engine_runs", worker=self.id)
+        return sum(await asyncio.gather(*(one(run) for run in due)))
 
     async def step(self, run: Mapping[str, Any]) -> bool:
         replies = [
@@ -264,6 +273,7 @@ async def run_engines(ctx: LoopContext) -> None:
             ctx.succeeded()
             if not busy:
                 await wakes.wait("mycelium_messages", POLL_SECONDS)
+                await asyncio.sleep(GATHER_SECONDS)  # let the writes of a burst land: one pass for them
     finally:
         with contextlib.suppress(Exception):
             await asyncio.shield(worker.release())
