@@ -214,7 +214,12 @@ async def test_summons_answered_in_place_refused_from_the_room_and_while_a_run_g
     )
     await coordinate(admin_conn, "atlas", key, "gated @nova: one is too few")
     await coordinate(admin_conn, "atlas", key, "review @nova @julia: go")
-    await eventually(lambda: run_of(admin_conn, "atlas", episode))
+
+    async def drafting():
+        r = await run_of(admin_conn, "atlas", episode)
+        return r is not None and r["asked_position"] is not None
+
+    await eventually(drafting)  # nova has the floor
     # julia is not admitted by the floor (the database refuses her write: nothing is queued); nova is,
     # and her re-summon is answered with a refusal, not queued
     with pytest.raises(asyncpg.PostgresError) as floored:

@@ -97,7 +97,10 @@ async def test_a_worker_killed_mid_run_is_replaced_and_the_trace_has_no_gap_or_r
     )
     second = engine_workers(**ENV)
     second.wait_ready()
-    agents("julia", lambda text: "Good now [[mycelium: stance=accept]]" if "· check ·" in text else None)
+    # (the question she already answered is still in her inbox: she answers only the next one)
+    agents(
+        "julia", lambda text: "Good now [[mycelium: stance=accept]]" if "· check · turn 4" in text else None
+    )
     run = await closed_run(admin_conn, "atlas", episode, timeout=60)
     assert run["state"] == "resolved"
     trace = await trace_of(admin_conn, "atlas", run["id"])
