@@ -256,7 +256,8 @@ $$;
 -- Summons.
 
 -- Take up to p_limit pending summons of the given kinds (NULL: every kind) for p_worker, for
--- p_lease_seconds; a summon whose taker stopped (its lease ran out) is taken again.
+-- p_lease_seconds; a summon whose taker stopped (its lease ran out) is taken again, five times at
+-- most (a summon that makes every worker fail stays pending, with its attempts, for a person to see).
 CREATE OR REPLACE FUNCTION mycelium.claim_engine_summons(
   p_worker text, p_limit integer, p_lease_seconds double precision, p_kinds text[] DEFAULT NULL
 ) RETURNS SETOF mycelium.engine_summons LANGUAGE plpgsql AS $$
@@ -267,7 +268,7 @@ BEGIN
       attempts = s.attempts + 1
   FROM (SELECT x.room, x.id FROM mycelium.engine_summons x
         WHERE x.state = 'pending' AND (x.taken_until IS NULL OR x.taken_until < now())
-          AND (p_kinds IS NULL OR x.kind = ANY (p_kinds))
+          AND (p_kinds IS NULL OR x.kind = ANY (p_kinds)) AND x.attempts < 5
         ORDER BY x.id LIMIT p_limit FOR UPDATE SKIP LOCKED) pick
   WHERE s.room = pick.room AND s.id = pick.id
   RETURNING s.*;

@@ -63,3 +63,20 @@ async def test_a_person_coordinates_a_task_from_the_cli_and_reads_the_episode(
         )
 
     assert "concord" in await eventually(listed_flows)
+
+
+def test_the_flow_demo_runs_review_then_concord_with_member_processes(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "MYCELIUM_API_URL")}
+    done = subprocess.run(
+        [sys.executable, "-m", "mycelium.cli.main", "engine", "demo"],
+        capture_output=True,
+        text=True,
+        env={**env, "TMPDIR": str(tmp_path)},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "✓ review: resolved after 4 step(s)" in out and "review: julia blocked, on to rework" in out
+    assert "✓ Everyone's on board: going with C: Wednesday" in out
+    assert "saved decision context/decision/launch-the-pricing-page: Wednesday" in out
+    assert "'mpc': 0.8" in out and "min_satisfaction': 0.75" in out

@@ -50,6 +50,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _common(ep)
     ep.set_defaults(func=_episodes)
 
+    d = esub.add_parser(
+        "demo",
+        help="a conductor running review then concord with two scripted members, "
+        "each its own process, on a temporary embedded database",
+    )
+    d.add_argument("--keep", action="store_true", help="keep the temporary folder (and print it)")
+    d.set_defaults(func=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from mycelium.engines.demo import run
+
+    return run(keep=args.keep)
+
 
 def register_agents(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("agent")
