@@ -150,3 +150,37 @@ async def test_a_stale_worker_changes_nothing(admin_conn: asyncpg.Connection, en
                 )
             assert refused.value.sqlstate == "MY409" and error in refused.value.detail
     assert await turn_posts(admin_conn, episode) == [(1, "draft")]
+
+
+async def test_a_run_the_conductor_cannot_walk_fails_on_the_record_and_the_loop_goes_on(
+    admin_conn: asyncpg.Connection, engines_hub, agents
+):
+    await setup_room(admin_conn)
+    key, episode = await make_task(admin_conn, "atlas", "Broken flow")
+    key2, episode2 = await make_task(admin_conn, "atlas", "Fine flow")
+    await engines_hub(**ENV)
+    await coordinate(admin_conn, "atlas", key, "review @nova @julia: x")
+
+    async def asked():
+        r = await run_of(admin_conn, "atlas", episode)
+        return r if r is not None and r["asked_position"] else None
+
+    await eventually(asked)
+    # somebody with the owner's rights breaks the stored flow; the next move cannot be computed
+    await admin_conn.execute(
+        "UPDATE mycelium.engine_runs SET flow = jsonb_set(flow, '{protocol,steps}', '[]') WHERE episode = $1",
+        episode,
+    )
+    await admin_conn.execute("SELECT * FROM mycelium.reply('atlas', 'nova', 'draft', NULL, $1)", episode)
+    run = await closed_run(admin_conn, "atlas", episode)
+    assert run["state"] == "failed" and "FlowError" in run["reason"]
+    close = await admin_conn.fetchrow(
+        "SELECT subkind, content FROM mycelium.messages WHERE episode = $1 AND kind = 'commit'", episode
+    )
+    assert close["subkind"] == "rejected" and "could not go on" in close["content"]
+    assert await admin_conn.fetchval("SELECT count(*) FROM mycelium.floors WHERE episode = $1", episode) == 0
+    # the loop carries on with other runs
+    agents("nova", lambda text: "Draft" if "· draft ·" in text else None)
+    agents("julia", lambda text: "Yes [[mycelium: stance=accept]]" if "· review ·" in text else None)
+    await coordinate(admin_conn, "atlas", key2, "review @nova @julia: y")
+    assert (await closed_run(admin_conn, "atlas", episode2))["state"] == "resolved"

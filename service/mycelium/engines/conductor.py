@@ -85,8 +85,10 @@ def catalogue_text(flows: Mapping[str, Protocol], room_names: Sequence[str]) -> 
 
 def show_text(protocol: Protocol) -> str:
     spec = json.dumps(protocol.as_dict(), indent=2, ensure_ascii=False)
-    return (f"Save this as protocols/{protocol.name} to change it for this room (JSON, which YAML reads "
-            f"too):\n\n```json\n{spec}\n```")
+    return (
+        f"Save this as protocols/{protocol.name} to change it for this room (JSON, which YAML reads "
+        f"too):\n\n```json\n{spec}\n```"
+    )
 
 
 def unknown_text(word: str, flows: Mapping[str, Protocol], builtin: Sequence[str]) -> str:
@@ -593,3 +595,27 @@ def advance(
         return None
     c.answered(c.protocol.step(state.step), got)
     return c.move
+
+
+def failed(flow: Mapping[str, Any], error: str) -> Move:
+    """The move that closes a run the conductor cannot walk: ``failed``, with the error said in the
+    thread (a rejected commit), never a step made up."""
+    name = str(flow.get("protocol", {}).get("name", "flow"))
+    text = f"✗ {name}: the conductor could not go on ({error}); the run is closed as failed."
+    line = {"event": "close", "protocol": name, "outcome": "failed", "reason": error}
+    payload = {"within": flow.get("task"), "conductor": line, "metadata": {"conductor": line}}
+    return Move(
+        posts=[
+            {
+                "event": "close",
+                "content": neutralise(text),
+                "kind": "commit",
+                "subkind": "rejected",
+                "payload_type": "consensus",
+                "payload": payload,
+            }
+        ],
+        close="failed",
+        reason=error,
+        outcome_text=text,
+    )

@@ -221,7 +221,11 @@ class EngineWorker:
             run["asked_position"] is not None,
             run["pending"] or {},
         )
-        move = conductor.advance(run["flow"], state, replies, run["expired"], run["short_id"])
+        try:
+            move = conductor.advance(run["flow"], state, replies, run["expired"], run["short_id"])
+        except Exception as exc:  # a flow the conductor cannot walk: the run fails, on the record
+            log.exception("run %s cannot move", run["short_id"])
+            move = conductor.failed(run["flow"], f"{type(exc).__name__}: {exc}")
         if move is None:
             return False
         await self.verbs.call(
