@@ -166,8 +166,8 @@ CREATE OR REPLACE TRIGGER messages_admit_engine BEFORE INSERT ON mycelium.messag
 
 -- Record the summons a message makes, in its own transaction. A text @-mention of a registered
 -- engine summons it (unless an engine wrote the text); a persona is also summoned by a message
--- addressed to it (its recipients), as a conductor's turn is. A hint on mycelium_engines wakes the
--- workers.
+-- addressed to it (its recipients), as a conductor's turn is. (The workers wake on the message's own
+-- hint; mycelium_engines names the room, for a process that waits on summons alone.)
 CREATE OR REPLACE FUNCTION mycelium.messages_summon_engines() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   from_engine boolean;

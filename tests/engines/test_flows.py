@@ -460,3 +460,21 @@ async def test_the_episode_record_and_its_metrics_are_in_the_database(admin_conn
         and f"- within: `{episode}`" in body
     )
     assert body.count('"step": ') >= 4 and "## Trace" in body and "## Flow" in body
+
+
+async def test_the_trace_is_append_only_and_goes_with_its_room(admin_conn, engines_hub, agents):
+    await setup_room(admin_conn)
+    key, episode = await make_task(admin_conn, "atlas", "Short")
+    await engines_hub()
+    agents("nova", by_step(draft="Draft"))
+    agents("julia", by_step(review="Yes [[mycelium: stance=accept]]"))
+    await coordinate(admin_conn, "atlas", key, "review @nova @julia: x")
+    run = await closed_run(admin_conn, "atlas", episode)
+    for sql in ("UPDATE mycelium.engine_trace SET step = 'forged'", "DELETE FROM mycelium.engine_trace"):
+        with pytest.raises(asyncpg.PostgresError) as refused:
+            await admin_conn.execute(sql)
+        assert refused.value.sqlstate == "MY409"
+    assert len(await trace_of(admin_conn, "atlas", run["id"])) == 2
+    await admin_conn.execute("SELECT mycelium.delete_room('atlas')")
+    for table in ("engines", "engine_summons", "engine_runs", "engine_trace", "engine_posts", "persona_turns"):
+        assert await admin_conn.fetchval(f"SELECT count(*) FROM mycelium.{table}") == 0

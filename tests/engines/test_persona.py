@@ -153,3 +153,28 @@ async def test_the_model_seam_refuses_to_invent(tmp_path):
         assert "could not be reached" in str(exc)
     else:
         raise AssertionError("an unreachable endpoint answered")
+
+
+async def test_a_persona_never_writes_where_the_floor_does_not_admit_it(admin_conn, engines_hub, tmp_path):
+    await persona_room(admin_conn)
+    script = tmp_path / "script.yaml"
+    script.write_text(SCRIPT)
+    key, episode = await make_task(admin_conn, "atlas", "Floored")
+    await engines_hub(MYCELIUM_MODEL_SCRIPT=str(script))
+    await coordinate(admin_conn, "atlas", key, "review @nova @julia: x")
+
+    async def nova_has_the_floor():
+        f = await admin_conn.fetchrow("SELECT speakers FROM mycelium.floors WHERE episode = $1", episode)
+        return f is not None and list(f["speakers"]) == ["nova"]
+    await eventually(nova_has_the_floor)
+    await admin_conn.execute("SELECT * FROM mycelium.reply('atlas', 'nova', 'hello @sage, thoughts?', NULL, $1)",
+                             episode)
+    (s,) = await eventually(lambda: answered_summons(admin_conn))
+    assert s["outcome"] == "not_admitted" and s["answer_id"] is None
+    assert await admin_conn.fetchval("SELECT count(*) FROM mycelium.messages WHERE sender = 'sage'") == 0
+    assert await admin_conn.fetchval("SELECT count(*) FROM mycelium.persona_turns") == 0
+
+
+async def answered_summons(conn: asyncpg.Connection) -> list[asyncpg.Record] | None:
+    rows = await summons(conn)
+    return rows if rows and all(r["state"] == "done" for r in rows) else None

@@ -263,7 +263,6 @@ async def run_engines(ctx: LoopContext) -> None:
         _float_env("MYCELIUM_CONDUCTOR_STEP_TIMEOUT_S", conductor.STEP_TIMEOUT_SECONDS),
     )
     wakes = hub.wakes
-    await wakes.listen("mycelium_engines")
     await wakes.listen("mycelium_messages")
     log.info("engines: worker %s plays %s", worker.id, ", ".join(worker.kinds))
     renewed = 0.0
