@@ -224,7 +224,11 @@ async def main() -> None:
             + table(["path", "p50 ms", "p99 ms", "worker CPU ms/step", "samples"], rows)
             + f"\n\n(b): {steps_b} steps in {elapsed:.1f} s = {steps_b / elapsed:.0f} steps/s; "
             f"questions posted twice: {dup}. A step's latency is from the member's reply committing to the "
-            "next question in a member's hands; the raw round trip is one post woken and taken.\n")
+            "next question in a member's hands; the raw round trip is one post woken and taken.\n\n"
+            f"Against issue 10's targets: a step costs {statistics.median(single) / statistics.median(raw):.1f}x "
+            f"the raw round trip at p50 (target ≤ 2x); 100 runs: p99 {pct(members_b.latency, 0.99):.0f} ms "
+            f"(target ≤ 250 ms); duplicated posts {dup} (target 0). Load average when it ended: "
+            f"{os.getloadavg()[0]:.1f} on this shared machine.\n")
     print(text)
     if not args.no_write:
         write_section("engines", text)

@@ -38,7 +38,6 @@ from mycelium.workers.loop import Loop, LoopContext
 log = logging.getLogger("mycelium.engines")
 
 POLL_SECONDS = 0.25
-GATHER_SECONDS = 0.005
 SUMMON_BATCH = 20
 RUN_CAPACITY = 500
 #: runs moved at once by one process (each on a pooled connection)
@@ -276,7 +275,6 @@ async def run_engines(ctx: LoopContext) -> None:
             ctx.succeeded()
             if not busy:
                 await wakes.wait("mycelium_messages", POLL_SECONDS)
-                await asyncio.sleep(GATHER_SECONDS)  # let the writes of a burst land: one pass for them
     finally:
         with contextlib.suppress(Exception):
             await asyncio.shield(worker.release())
