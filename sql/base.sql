@@ -238,6 +238,12 @@ LANGUAGE sql IMMUTABLE AS $$
     -- the background loops (sql/workers.sql)
     ('beat_worker', 'write'), ('stop_worker', 'write'), ('forget_stale_workers', 'write'),
     ('claim_missing_vectors', 'write'), ('release_vector_claims', 'write'), ('worker_report', 'read'),
+    -- engines (sql/engines.sql)
+    ('create_engine', 'write'), ('claim_engine_summons', 'write'), ('answer_summon', 'write'),
+    ('start_engine_run', 'write'), ('claim_engine_runs', 'write'), ('renew_engine_runs', 'write'),
+    ('release_engine_runs', 'write'), ('engine_step', 'write'), ('run_replies', 'read'),
+    ('invoke_engine', 'write'), ('coordinate', 'write'), ('engine_kinds', 'read'), ('episode_record', 'read'),
+    ('episode_quality', 'inlined'),
     -- the schema's own description (sql/catalogue.sql, /health)
     ('schema_catalogue', 'read'), ('schema_fingerprint', 'read'),
     -- reads a caller names

@@ -15,6 +15,7 @@ from mycelium.api import (
     assignments,
     board,
     config,
+    engines,
     errors,
     export,
     fields,
@@ -69,6 +70,7 @@ def create_app(
         tasks.TaskController, assignments.AssignmentController, fields.FieldsController, *board.ROUTES,
         *CONVERSATION_ROUTES,
         TransitionController, ReceiptController,
+        engines.EngineController,
         *config.ROUTES,
         whoami.whoami, *joins.ROUTES, export.export_room,
     ]

@@ -18,6 +18,7 @@ from mycelium.cli.common import (
     path_part,
     room_of,
 )
+from mycelium.cli.engines import register_coordinate
 from mycelium.cli.room_messages import register_thread_commands
 
 FILTERS = ("needs-you", "in-flight", "resolved", "all")
@@ -105,6 +106,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     g.set_defaults(func=_gate)
 
     register_thread_commands(bsub)
+    register_coordinate(bsub)
 
 
 def _common(p: argparse.ArgumentParser, *, json_out: bool = False, author: bool = False) -> None:

@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "join": ("mycelium.cli.join", "redeem a join code: this folder acts as that room's member"),
     "whoami": ("mycelium.cli.whoami", "who the CLI acts as on the hub, and where that comes from"),
     "init": ("mycelium.cli.init", "write a starter mycelium.yaml and a ledgered tool (--minimal, --full)"),
+    "engine": ("mycelium.cli.engines", "engines: create, ls, invoke, flows, episodes"),
+    "agent": ("mycelium.cli.engines", "the room's members: ls (people, agents, engines)"),
 }
 
 

@@ -8,4 +8,4 @@ A ``mycelium worker`` runs them with no HTTP; ``mycelium up`` runs them beside i
 """
 
 #: every loop's name, in the order a process starts them (mycelium.workers.catalogue holds the loops)
-LOOP_NAMES = ("indexer", "sweeper", "settings", "mirror", "receipts")
+LOOP_NAMES = ("indexer", "sweeper", "settings", "mirror", "receipts", "engines")

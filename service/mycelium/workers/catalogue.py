@@ -6,13 +6,14 @@ from collections.abc import Iterable
 
 from mycelium.settings import Settings
 from mycelium.workers import LOOP_NAMES
+from mycelium.workers.engines import ENGINES
 from mycelium.workers.indexer import INDEXER
 from mycelium.workers.loop import Loop
 from mycelium.workers.mirror import MIRROR
 from mycelium.workers.receipts import RECEIPTS
 from mycelium.workers.sweeper import SETTINGS, SWEEPER
 
-LOOPS: dict[str, Loop] = {loop.name: loop for loop in (INDEXER, SWEEPER, SETTINGS, MIRROR, RECEIPTS)}
+LOOPS: dict[str, Loop] = {loop.name: loop for loop in (INDEXER, SWEEPER, SETTINGS, MIRROR, RECEIPTS, ENGINES)}
 assert tuple(LOOPS) == LOOP_NAMES, "mycelium.workers.LOOP_NAMES names every loop, in order"
 
 

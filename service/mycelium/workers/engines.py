@@ -1,0 +1,283 @@
+"""The engines loop: this process's share of the room engines' work.
+
+Every process may run it; the database shares the work out. Each pass:
+
+1. takes pending summons (``claim_engine_summons``, SKIP LOCKED, a lease of its own) and answers
+   each: the conductor's ``list``/``show``, a refusal in place, or a run started
+   (``start_engine_run``); a persona's turn through the model seam (``answer_summon``);
+2. renews the leases of the runs it holds and takes runs whose lease is free or ran out
+   (``claim_engine_runs``): a run whose worker died is taken over here;
+3. moves each run it holds that has something to do (``due_engine_runs``): the conductor's pure
+   core computes the move from what the database says, and ``engine_step`` applies it in one
+   transaction, compared and swapped on the run's seq and lease, so a move is made once.
+
+It then waits for a hint (a summon, a message) or ``POLL_SECONDS``. ``MYCELIUM_ENGINE_KINDS``
+(``conductor,persona``) narrows the kinds this process plays; ``MYCELIUM_ENGINE_LEASE_SECONDS`` is
+how long a run stays with a worker that stopped renewing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from mycelium.engines import conductor, persona
+from mycelium.engines.flows import BUILT_IN, FlowError, Protocol, catalogue, parse_protocol
+from mycelium.engines.models import model_from_env
+from mycelium.errors import Refusal
+from mycelium.verbs import NOBODY, Actor, Verbs, verbs_of
+from mycelium.workers.loop import Loop, LoopContext
+
+log = logging.getLogger("mycelium.engines")
+
+POLL_SECONDS = 0.25
+SUMMON_BATCH = 20
+RUN_CAPACITY = 500
+#: runs moved at once by one process (each on a pooled connection)
+MOVES_AT_ONCE = 4
+
+
+def _float_env(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name) or default)
+    except ValueError:
+        return default
+
+
+def kinds_from_env() -> list[str]:
+    raw = os.environ.get("MYCELIUM_ENGINE_KINDS") or "conductor,persona"
+    return [k.strip() for k in raw.split(",") if k.strip()]
+
+
+def engine(handle: str) -> Actor:
+    return Actor(handle, "engine")
+
+
+class EngineWorker:
+    """The state of one process's engines loop: who it is and the verbs it calls."""
+
+    def __init__(self, verbs: Verbs, kinds: list[str], lease_seconds: float, step_timeout: float) -> None:
+        self.verbs = verbs
+        self.kinds = kinds
+        self.lease = lease_seconds
+        self.step_timeout = step_timeout
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.model = model_from_env()
+
+    # -- summons ------------------------------------------------------------------------------
+
+    async def take_summons(self) -> int:
+        rows = await self.verbs.call(
+            NOBODY,
+            "claim_engine_summons",
+            worker=self.id,
+            limit=SUMMON_BATCH,
+            lease_seconds=self.lease,
+            kinds=self.kinds,
+        )
+        for s in rows:
+            try:
+                if s["kind"] == "conductor":
+                    await self.conduct(s)
+                else:
+                    await self.play(s)
+            except Refusal as r:
+                if r.error != "summon_not_held":
+                    raise
+        return len(rows)
+
+    async def answer(self, s: Mapping[str, Any], text: str, outcome: str = "answered", **extra: Any) -> None:
+        await self.verbs.call(
+            engine(s["engine"]),
+            "answer_summon",
+            room=s["room"],
+            id=s["id"],
+            worker=self.id,
+            content=conductor.neutralise(text),
+            payload=extra.get("payload", {"action": "reply"}),
+            outcome=outcome,
+            error=extra.get("error"),
+            remember=extra.get("remember"),
+        )
+
+    async def room_flows(self, room: str) -> dict[str, Protocol]:
+        flows: dict[str, Protocol] = {}
+        for row in await self.verbs.call(NOBODY, "room_protocols", room=room):
+            try:
+                flows[row["name"]] = parse_protocol(row["body"], row["name"])
+            except FlowError as exc:  # the write should have been refused; never run it
+                log.warning("room %s: protocols/%s is not a flow: %s", room, row["name"], exc)
+        return flows
+
+    async def conduct(self, s: Mapping[str, Any]) -> None:
+        d = conductor.split_directive(s["content"], s["engine"])
+        own = await self.room_flows(s["room"])
+        flows = catalogue(own)
+        if d.word in conductor.CATALOGUE_WORDS or not d.word:
+            await self.answer(s, conductor.catalogue_text(flows, list(own)))
+            return
+        if d.word in conductor.SHOW_WORDS:
+            chosen = flows.get(d.arg)
+            await self.answer(
+                s,
+                conductor.show_text(chosen)
+                if chosen
+                else conductor.unknown_text(d.arg, flows, list(BUILT_IN)),
+            )
+            return
+        protocol = flows.get(d.word)
+        if protocol is None:
+            await self.answer(s, conductor.unknown_text(d.word, flows, list(BUILT_IN)), "refused")
+            return
+        members = list(d.members)
+        if not members:
+            agents = await self.verbs.call(NOBODY, "room_agents", room=s["room"])
+            members = [a["handle"] for a in agents if a["adapter"] != "engine" and a["present"]]
+        row = await self.verbs.call(NOBODY, "row_title", room=s["room"], episode=s["episode"])
+        try:
+            flow = conductor.new_flow(
+                protocol,
+                members,
+                d.ask,
+                row["key"] if row else "",
+                row["title"] if row else "",
+                self.step_timeout,
+            )
+        except conductor.CannotRun as exc:
+            await self.answer(s, str(exc), "refused")
+            return
+        try:
+            await self.verbs.call(
+                engine(s["engine"]),
+                "start_engine_run",
+                room=s["room"],
+                summon=s["id"],
+                worker=self.id,
+                protocol=protocol.name,
+                flow=flow,
+                open=conductor.open_post(flow),
+                lease_seconds=self.lease,
+            )
+        except Refusal as r:
+            if r.status not in (409, 422) or r.error == "summon_not_held":
+                raise
+            await self.answer(s, r.message, "refused")
+
+    async def play(self, s: Mapping[str, Any]) -> None:
+        ctx = await self.verbs.call(
+            NOBODY, "persona_context", room=s["room"], handle=s["engine"], limit=persona.HISTORY_TURNS
+        )
+        got = await persona.answer(
+            self.model, s["engine"], ctx["notes"], ctx["turns"], s["sender"], s["content"]
+        )
+        await self.answer(
+            s, got.content, got.outcome, payload=got.payload, error=got.error, remember=got.remember or None
+        )
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    async def take_runs(self) -> None:
+        await self.verbs.call(NOBODY, "renew_engine_runs", worker=self.id, lease_seconds=self.lease)
+        if "conductor" in self.kinds:
+            await self.verbs.call(
+                NOBODY, "claim_engine_runs", worker=self.id, limit=RUN_CAPACITY, lease_seconds=self.lease
+            )
+
+    async def move_runs(self) -> int:
+        """Move every run that has something to do, a few at a time (each move is its own
+        transaction on its own connection; runs are independent)."""
+        gate = asyncio.Semaphore(MOVES_AT_ONCE)
+
+        async def one(run: Mapping[str, Any]) -> bool:
+            async with gate:
+                try:
+                    return await self.step(run)
+                except Refusal as r:
+                    if r.error not in ("lease_lost", "step_moved", "run_closed"):
+                        raise
+                    log.info("run %s: %s", run["short_id"], r.message)
+                    return False
+
+        due = await self.verbs.call(NOBODY, "due_engine_runs", worker=self.id)
+        return sum(await asyncio.gather(*(one(run) for run in due)))
+
+    async def step(self, run: Mapping[str, Any]) -> bool:
+        replies = [
+            conductor.Reply(r["sender"], r["text"], r["payload"] or {}, str(r["id"]), r["position"])
+            for r in await self.verbs.call(NOBODY, "run_replies", room=run["room"], run=run["id"])
+        ]
+        state = conductor.RunState(
+            run["step"],
+            run["turn"],
+            tuple(run["waiting"]),
+            run["asked_position"] is not None,
+            run["pending"] or {},
+        )
+        try:
+            move = conductor.advance(run["flow"], state, replies, run["expired"], run["short_id"])
+        except Exception as exc:  # a flow the conductor cannot walk: the run fails, on the record
+            log.exception("run %s cannot move", run["short_id"])
+            move = conductor.failed(run["flow"], f"{type(exc).__name__}: {exc}")
+        if move is None:
+            return False
+        await self.verbs.call(
+            engine(run["engine"]),
+            "engine_step",
+            room=run["room"],
+            run=run["id"],
+            worker=self.id,
+            seq=run["seq"],
+            trace=move.trace,
+            posts=move.posts,
+            step=move.step,
+            waiting=move.waiting,
+            wait_seconds=move.wait_seconds,
+            pending=move.pending,
+            speakers=move.speakers,
+            close=move.close,
+            reason=move.reason,
+            outcome_text=move.outcome_text,
+            metrics=move.metrics,
+            memory=move.memory or None,
+        )
+        return True
+
+    async def release(self) -> None:
+        await self.verbs.call(NOBODY, "release_engine_runs", worker=self.id)
+
+
+async def run_engines(ctx: LoopContext) -> None:
+    hub = ctx.hub
+    worker = EngineWorker(
+        verbs_of(hub),
+        kinds_from_env(),
+        _float_env("MYCELIUM_ENGINE_LEASE_SECONDS", 15.0),
+        _float_env("MYCELIUM_CONDUCTOR_STEP_TIMEOUT_S", conductor.STEP_TIMEOUT_SECONDS),
+    )
+    wakes = hub.wakes
+    await wakes.listen("mycelium_messages")
+    log.info("engines: worker %s plays %s", worker.id, ", ".join(worker.kinds))
+    renewed = 0.0
+    try:
+        while True:
+            busy = await worker.take_summons()
+            if time.monotonic() - renewed > worker.lease / 3:
+                await worker.take_runs()
+                renewed = time.monotonic()
+            busy += await worker.move_runs()
+            ctx.succeeded()
+            if not busy:
+                await wakes.wait("mycelium_messages", POLL_SECONDS)
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.shield(worker.release())
+
+
+ENGINES = Loop("engines", run_engines, interval=POLL_SECONDS * 20)
