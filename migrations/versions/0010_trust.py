@@ -2,8 +2,8 @@
 sets it; the policies and guards themselves are code, sql/privacy.sql) and the audit trail of
 privileged actions (sql/audit.sql), join codes and the hub's member-token keys (sql/joins.sql)
 
-Revision ID: 0011_trust
-Revises: 0007_result_text
+Revision ID: 0010_trust
+Revises: 0009_engines
 Create Date: 2026-12-02
 """
 
@@ -11,8 +11,8 @@ from alembic import op
 
 from mycelium.db.migrate import run_as_owner
 
-revision = "0011_trust"
-down_revision = "0007_result_text"
+revision = "0010_trust"
+down_revision = "0009_engines"
 branch_labels = None
 depends_on = None
 
