@@ -2,7 +2,7 @@
 keys in their order)
 
 Revision ID: 0007_result_text
-Revises: 0006_workers (until 0006_workers lands; then 0006_workers)
+Revises: 0006_workers
 Create Date: 2026-12-01
 """
 
