@@ -8,7 +8,7 @@
 -- returns: row
 SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints
 FROM mycelium.create_task(mycelium.acting(:room, :actor, :actor_kind, :defer_wakes), :title, :handle, :key,
-                          :assignee, :parent) r
+                          :assignee, :parent, :depends_on::text[]) r
 
 -- name: board_rows
 -- a page of the board (attention and namespace NULL for all); 404 without the room

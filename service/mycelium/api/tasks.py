@@ -24,7 +24,8 @@ class TaskController(Controller):
     @post("/", status_code=201)
     async def create(self, verbs: VerbsDep, room: FromPath[str], data: JSONBody[TaskCreate]) -> MemoryRead:
         row = await verbs.call(Actor.declared(data.handle), "create_task", room=room, title=data.title,
-                               handle=data.handle, key=data.key, assignee=data.assignee, parent=data.parent)
+                               handle=data.handle, key=data.key, assignee=data.assignee, parent=data.parent,
+                               depends_on=data.depends_on)
         return memory_read(row)
 
     @get("/")
