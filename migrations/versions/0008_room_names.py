@@ -1,4 +1,4 @@
-"""Room names are one name whatever their case or Unicode form; create_task takes its dependencies
+"""Room names are one name whatever their case or Unicode form; create_task and release_task take more
 
 Revision ID: 0008_room_names
 Revises: 0007_result_text
@@ -19,10 +19,13 @@ def upgrade() -> None:
     run_as_owner(op, """
       -- create_task takes depends-on too (sql/board.sql): its six-argument form goes
       DROP FUNCTION IF EXISTS mycelium.create_task(text, text, text, text, text, text);
+      -- release_task takes force (sql/assignments.sql): its four-argument form goes
+      DROP FUNCTION IF EXISTS mycelium.release_task(text, text, text, text);
     """)
 
 
 def downgrade() -> None:
     run_as_owner(op, """
       DROP FUNCTION IF EXISTS mycelium.create_task(text, text, text, text, text, text, text[]);
+      DROP FUNCTION IF EXISTS mycelium.release_task(text, text, text, text, boolean);
     """)

@@ -59,6 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r = bsub.add_parser("release", help="give the lease back")
     r.add_argument("row")
     r.add_argument("--note", help="why (default: released)")
+    r.add_argument("--force", action="store_true",
+                   help="release a live lease someone else holds (the released notice records it)")
     _common(r, json_out=True, author=True)
     r.set_defaults(func=_release)
 
@@ -203,7 +205,7 @@ def _claim(args: argparse.Namespace) -> int:
 
 
 def _release(args: argparse.Namespace) -> int:
-    body = {"key": _key(args), "handle": handle_of(args), "note": args.note}
+    body = {"key": _key(args), "handle": handle_of(args), "note": args.note, "force": args.force}
     lease = call("POST", f"{_base(args)}/assignments/release", json_body=body)
     return _out(args, lease, lease_line(lease))
 

@@ -77,6 +77,7 @@ class ReleaseBody(BaseModel):
     key: str = Field(min_length=1, max_length=512)
     handle: str = Field(min_length=1, max_length=200)
     note: str | None = Field(default=None, max_length=2000)
+    force: bool = False
 
 
 class ResolveBody(BaseModel):
