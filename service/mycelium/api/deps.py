@@ -15,8 +15,9 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.params import QueryParameter
 
+from mycelium.errors import Refusal
 from mycelium.hub import Hub
-from mycelium.verbs import Verbs, verbs_of
+from mycelium.verbs import Actor, Verbs
 
 HubDep: TypeAlias = NamedDependency[Hub]
 VerbsDep: TypeAlias = NamedDependency[Verbs]
@@ -32,10 +33,39 @@ async def provide_hub(state: State) -> Hub:
     return hub
 
 
+def room_spelled(refusal: Refusal, room: Any) -> str | None:
+    """The stored spelling of ``room`` when ``refusal`` says the room exists spelled otherwise (case,
+    Unicode form: mycelium.require_room names it), else None."""
+    spelled = refusal.extra.get("spelled")
+    if refusal.error != "room_not_found" or not isinstance(spelled, str) or refusal.extra.get("room") != room:
+        return None
+    return spelled if spelled != room else None
+
+
+class RoomVerbs(Verbs):
+    """The gateway as routes see it: a room named in another spelling of its name is the room. The
+    database refuses the call naming the stored spelling, and the call is made again with it (a
+    refused call wrote nothing), so a route naming the room as it is stored pays nothing."""
+
+    __slots__ = ()
+
+    async def call(self, actor: Actor, verb: str, /, **params: Any) -> Any:
+        try:
+            return await super().call(actor, verb, **params)
+        except Refusal as refusal:
+            spelled = room_spelled(refusal, params.get("room"))
+            if spelled is None:
+                raise
+        return await super().call(actor, verb, **{**params, "room": spelled})
+
+
 async def provide_verbs(state: State) -> Verbs:
-    return verbs_of(state.hub)
+    hub: Hub = state.hub
+    listener = hub.listener
+    return RoomVerbs(hub.db, listener.hint if listener is not None else None)
 
 
 VERBS: dict[str, Provide] = {"verbs": Provide(provide_verbs)}
 
-__all__ = ["VERBS", "Annotated", "HubDep", "Query", "VerbsDep", "provide_hub", "provide_verbs"]
+__all__ = ["VERBS", "Annotated", "HubDep", "Query", "RoomVerbs", "VerbsDep", "provide_hub", "provide_verbs",
+           "room_spelled"]
