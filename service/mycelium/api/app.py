@@ -24,6 +24,7 @@ from mycelium.api import (
     skills,
     tasks,
 )
+from mycelium.api.bodies import HubRequest
 from mycelium.api.conversations import CONVERSATION_ROUTES
 from mycelium.api.deps import provide_hub
 from mycelium.api.receipts import ReceiptController
@@ -69,6 +70,7 @@ def create_app(
         route_handlers=handlers,
         dependencies={"hub": Provide(provide_hub)},
         exception_handlers=errors.HANDLERS,
+        request_class=HubRequest,
         lifespan=[lifespan],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(title="Mycelium hub", version=__version__),
