@@ -9,6 +9,7 @@ from typing import Any
 from litestar import Litestar
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
+from litestar.plugins.pydantic import PydanticPlugin
 
 from mycelium import __version__
 from mycelium.api import (
@@ -71,6 +72,7 @@ def create_app(
         dependencies={"hub": Provide(provide_hub)},
         exception_handlers=errors.HANDLERS,
         request_class=HubRequest,
+        plugins=[PydanticPlugin(validate_strict=True)],  # "yes" is not a boolean, "30" not a number
         lifespan=[lifespan],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(title="Mycelium hub", version=__version__),

@@ -1,6 +1,7 @@
 """How a request body becomes JSON: the one place every JSON route decodes its body.
 
-A body nested deeper than :data:`MAX_JSON_DEPTH` arrays and objects
+A body that is not JSON by its content type is refused 415 naming ``application/json`` (a missing
+content type is read as JSON); a body nested deeper than :data:`MAX_JSON_DEPTH` arrays and objects
 is refused 400 ``malformed_json`` naming the limit, however deep it goes (the decoder's own
 recursion limit, about a thousand levels, ends as the same refusal, and the depth is measured
 without recursion), so no nesting reaches the models, the database or a 500.
@@ -17,6 +18,7 @@ from litestar.types import Empty
 from mycelium.errors import Refusal
 
 MAX_JSON_DEPTH = 64
+JSON_MEDIA_TYPE = "application/json"
 
 
 def too_deep() -> Refusal:
@@ -37,8 +39,21 @@ def check_depth(value: Any) -> None:
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
+def is_json_media_type(content_type: str) -> bool:
+    """True for ``application/json`` and ``application/*+json`` (parameters ignored), or none given."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media in ("", JSON_MEDIA_TYPE) or (media.startswith("application/") and media.endswith("+json"))
+
+
+def unsupported_media_type(content_type: str) -> Refusal:
+    media = content_type.split(";", 1)[0].strip()
+    return Refusal(415, "unsupported_media_type",
+                   f"the request body is {media}: send it as {JSON_MEDIA_TYPE}",
+                   {"content_type": media, "accepted": [JSON_MEDIA_TYPE]})
+
+
 class HubRequest(Request[Any, Any, Any]):
-    """A request whose JSON body is checked for its depth as it is decoded."""
+    """A request whose JSON body is checked for its media type and its depth as it is decoded."""
 
     async def json(self) -> Any:
         if self._json is not Empty:
@@ -46,6 +61,9 @@ class HubRequest(Request[Any, Any, Any]):
         if self._connection_state.json is not Empty:
             self._json = self._connection_state.json
             return self._json
+        content_type = self.headers.get("content-type", "")
+        if not is_json_media_type(content_type):
+            raise unsupported_media_type(content_type)
         body = await self.body()
         try:
             value = decode_json(body or b"null", type_decoders=self.route_handler.resolve_type_decoders())

@@ -19,6 +19,10 @@ from mycelium.errors import Refusal
 from mycelium.hub import Hub
 from mycelium.verbs import Actor, Verbs
 
+# the largest offset a page may start at (a larger one is refused naming the parameter, before the
+# database would refuse it as an out-of-range argument)
+MAX_OFFSET = 2**31 - 1
+
 HubDep: TypeAlias = NamedDependency[Hub]
 VerbsDep: TypeAlias = NamedDependency[Verbs]
 
@@ -26,6 +30,10 @@ VerbsDep: TypeAlias = NamedDependency[Verbs]
 def Query(**constraints: Any) -> Any:
     """A query parameter with constraints: ``limit: Annotated[int, Query(ge=1)] = 10``."""
     return QueryParameter(**constraints)
+
+
+# where a page starts: ``offset: Offset = 0``
+Offset: TypeAlias = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 
 
 async def provide_hub(state: State) -> Hub:
@@ -67,5 +75,5 @@ async def provide_verbs(state: State) -> Verbs:
 
 VERBS: dict[str, Provide] = {"verbs": Provide(provide_verbs)}
 
-__all__ = ["VERBS", "Annotated", "HubDep", "Query", "RoomVerbs", "VerbsDep", "provide_hub", "provide_verbs",
-           "room_spelled"]
+__all__ = ["MAX_OFFSET", "VERBS", "Annotated", "HubDep", "Offset", "Query", "RoomVerbs", "VerbsDep",
+           "provide_hub", "provide_verbs", "room_spelled"]

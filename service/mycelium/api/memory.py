@@ -13,7 +13,7 @@ from typing import Any
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.params import FromPath, FromQuery, JSONBody
 
-from mycelium.api.deps import VERBS, Annotated, HubDep, Query, VerbsDep, room_spelled
+from mycelium.api.deps import VERBS, Annotated, HubDep, Offset, Query, VerbsDep, room_spelled
 from mycelium.errors import Refusal
 from mycelium.verbs import NOBODY, Actor, Verbs
 from mycelium.verbs.memories import (
@@ -71,7 +71,7 @@ class MemoryController(Controller):
     async def list(
         self, request: Request[Any, Any, Any], verbs: VerbsDep, room: FromPath[str],
         prefix: FromQuery[str] = "",
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100, offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100, offset: Offset = 0,
     ) -> Response[list[MemoryRead]]:
         rows = await verbs.call(NOBODY, "list_memories", room=room, prefix=prefix, offset=offset, limit=limit)
         total = rows[0]["total"] if rows else 0
