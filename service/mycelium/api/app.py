@@ -8,7 +8,6 @@ from typing import Any
 
 from litestar import Litestar
 from litestar.di import Provide
-from litestar.openapi import OpenAPIConfig
 from litestar.plugins.pydantic import PydanticPlugin
 
 from mycelium import __version__
@@ -16,6 +15,7 @@ from mycelium.api import (
     assignments,
     board,
     config,
+    docs,
     errors,
     fields,
     health,
@@ -66,6 +66,7 @@ def create_app(
         *CONVERSATION_ROUTES,
         TransitionController, ReceiptController,
         *config.ROUTES,
+        docs.assets_router(),
     ]
     return Litestar(
         route_handlers=handlers,
@@ -75,7 +76,7 @@ def create_app(
         plugins=[PydanticPlugin(validate_strict=True)],  # "yes" is not a boolean, "30" not a number
         lifespan=[lifespan],
         request_max_body_size=settings.max_body_bytes,
-        openapi_config=OpenAPIConfig(title="Mycelium hub", version=__version__),
+        openapi_config=docs.openapi_config("Mycelium hub", __version__),
         debug=False,
     )
 
