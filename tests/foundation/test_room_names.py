@@ -102,10 +102,13 @@ async def test_two_connections_creating_two_spellings_at_once_make_one_room(db_d
 
 
 async def test_the_upgrade_refuses_a_database_holding_two_spellings_of_one_name(pg_server):
+    from alembic.script import ScriptDirectory
+
     name = await pg_server.create_database(template="template1")
     dsn = pg_server.dsn(name)
+    before = ScriptDirectory.from_config(migrate.alembic_config(dsn)).get_revision("0008_room_names").down_revision
     try:
-        await asyncio.to_thread(migrate.upgrade, dsn, "0007_result_text")
+        await asyncio.to_thread(migrate.upgrade, dsn, before)
         conn = await asyncpg.connect(dsn)
         try:
             await conn.execute("INSERT INTO mycelium.rooms (name) VALUES ('Dup'), ('dup'), ('solo')")
@@ -115,7 +118,7 @@ async def test_the_upgrade_refuses_a_database_holding_two_spellings_of_one_name(
             await asyncio.to_thread(migrate.upgrade, dsn)
         text = str(info.value)
         assert "'Dup'" in text and "'dup'" in text and "solo" not in text
-        assert await migrate.current_revision(dsn) == "0007_result_text"
+        assert await migrate.current_revision(dsn) == before
         conn = await asyncpg.connect(dsn)
         try:
             await conn.execute("DELETE FROM mycelium.rooms WHERE name = 'dup'")
