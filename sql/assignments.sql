@@ -274,6 +274,11 @@ BEGIN
   ELSIF NEW.state <> 'held' AND (TG_OP = 'INSERT' OR NEW.state <> OLD.state) THEN
     subkind := NEW.state;
     extra := jsonb_build_object('by', coalesce(NEW.note_by, by_handle), 'note', NEW.note);
+    -- ended by someone other than the live lease's holder: a forced release, a reviewer's resolve
+    IF TG_OP = 'UPDATE' AND mycelium.task_lease_live(OLD) AND OLD.owner <> coalesce(NEW.note_by, by_handle) THEN
+      extra := extra || jsonb_build_object('holder', OLD.owner)
+               || CASE WHEN NEW.state = 'released' THEN '{"forced": true}'::jsonb ELSE '{}' END;
+    END IF;
   ELSE
     RETURN NULL;
   END IF;
@@ -443,8 +448,13 @@ BEGIN
 END
 $$;
 
--- Release: the row is free again, with a note (default 'released') and who left it.
-CREATE OR REPLACE FUNCTION mycelium.release_task(p_room text, p_key text, p_handle text, p_note text DEFAULT NULL)
+-- Release: the row is free again, with a note (default 'released') and who left it. A settled row
+-- (resolved, dismissed: its status or its lease) is not re-opened (409 already_resolved); a live
+-- lease someone else holds is released only with p_force (else 409 not_holder naming the holder),
+-- and the `released` notice then names the holder and says it was forced (assignments_after_write).
+-- The lease row is locked before it is judged, so a claim racing in is either seen or waits.
+CREATE OR REPLACE FUNCTION mycelium.release_task(p_room text, p_key text, p_handle text, p_note text DEFAULT NULL,
+                                      p_force boolean DEFAULT false)
 RETURNS mycelium.lease_read LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
@@ -463,6 +473,20 @@ BEGIN
   END IF;
   m.room := p_room;
   m.key := p_key;
+  SELECT * INTO a FROM mycelium.assignments x WHERE x.room = p_room AND x.key = p_key FOR UPDATE;
+  IF mycelium.row_settled(m.meta, a.state) THEN
+    PERFORM mycelium.refuse(409, 'already_resolved',
+      format('%L is %s: a settled row is not released (claim it to work on it again)', p_key,
+             CASE WHEN m.meta ->> 'status' = ANY (mycelium.settled_statuses()) THEN m.meta ->> 'status'
+                  ELSE 'resolved' END),
+      jsonb_build_object('key', p_key, 'status', coalesce(m.meta ->> 'status', a.state)));
+  END IF;
+  IF mycelium.task_lease_live(a) AND a.owner <> h AND NOT coalesce(p_force, false) THEN
+    PERFORM mycelium.refuse(409, 'not_holder',
+      format('%L is held by @%s, not @%s: only the holder releases it (force to release it anyway)',
+             p_key, a.owner, h),
+      jsonb_build_object('key', p_key, 'owner', a.owner, 'claimed_at', a.claimed_at, 'ttl_minutes', a.ttl_minutes));
+  END IF;
   waits := CASE WHEN depends THEN mycelium.waiting_on(p_room, p_key) ELSE '{}' END;
   h := set_config('mycelium.actor', h, true);
   INSERT INTO mycelium.assignments AS x (room, key, state, note, note_by)

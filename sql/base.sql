@@ -248,7 +248,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('schema_catalogue', 'read'), ('schema_fingerprint', 'read'),
     -- reads a caller names
     ('actor', 'read'), ('declared_actor', 'read'), ('actor_kinds', 'read'), ('public_verbs', 'read'),
-    ('room_known', 'read'), ('refuse_missing', 'read'), ('normalize_handle', 'read'),
+    ('room_known', 'read'), ('room_fold', 'read'), ('refuse_missing', 'read'), ('normalize_handle', 'read'),
     ('episode_ref', 'read'), ('row_of_episode', 'read'), ('memory_title', 'read'),
     ('search_memories', 'read'), ('memory_links_of', 'read'), ('link_graph', 'read'),
     ('link_integrity', 'read'), ('link_drift', 'read'), ('expand_memory', 'read'),

@@ -139,9 +139,31 @@ $$;
 -- The key slug of a task title: lowercased, runs of anything but a-z0-9 become '-', trimmed,
 -- at most 48 characters, 'task' when nothing is left. Deterministic: the same title lands on the
 -- same row.
+-- NULL when the title has no slug characters at all ('!!!', '🚀'): such a task gets a short unique key.
 CREATE OR REPLACE FUNCTION mycelium.task_slug(p_title text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
-  SELECT coalesce(nullif(btrim(left(btrim(regexp_replace(lower(coalesce(p_title, '')), '[^a-z0-9]+', '-', 'g'),
-                                          '-'), 48), '-'), ''), 'task')
+  SELECT nullif(btrim(left(btrim(regexp_replace(lower(coalesce(p_title, '')), '[^a-z0-9]+', '-', 'g'),
+                               '-'), 48), '-'), '')
+$$;
+
+-- The key a new task of this title gets: work/<slug>, else work/<slug>-2, -3, … (the first not taken),
+-- or work/task-<8 hex> for a title without slug characters. The caller holds the room's task-key lock.
+CREATE OR REPLACE FUNCTION mycelium.free_task_key(p_room text, p_title text) RETURNS text
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  base text := 'work/' || mycelium.task_slug(p_title);
+  k text := base;
+  n integer := 1;
+BEGIN
+  LOOP
+    IF base IS NULL THEN
+      k := 'work/task-' || left(md5(gen_random_uuid()::text), 8);
+    END IF;
+    EXIT WHEN NOT EXISTS (SELECT 1 FROM mycelium.memories WHERE room = p_room AND key = k);
+    n := n + 1;
+    k := base || '-' || n;
+  END LOOP;
+  RETURN k;
+END
 $$;
 
 -- ---------------------------------------------------------------------------------------------
@@ -502,12 +524,19 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- Tasks: file a row in work/ (status open, kind action), optionally for someone and under a parent.
 
+-- A task never lands on an existing row: a title takes the first free key (free_task_key), an explicit
+-- key that exists is refused (409 task_exists). Filers of one room take turns on a transaction lock,
+-- so two filing the same title at once get two keys; the write itself is create-only (base version
+-- 0), so even a plain write_memory racing in cannot be overwritten. depends-on is written with the
+-- row, in its first version.
 CREATE OR REPLACE FUNCTION mycelium.create_task(p_room text, p_title text, p_by text, p_key text DEFAULT NULL,
-                                     p_assignee text DEFAULT NULL, p_parent text DEFAULT NULL)
+                                     p_assignee text DEFAULT NULL, p_parent text DEFAULT NULL,
+                                     p_depends_on text[] DEFAULT NULL)
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
 DECLARE
   by_handle text;
-  k text;
+  k text := nullif(btrim(p_key), '');
+  deps text[];
   meta jsonb := jsonb_build_object('status', 'open', 'kind', 'action');
 BEGIN
   PERFORM mycelium.require_room(p_room);
@@ -515,11 +544,18 @@ BEGIN
     PERFORM mycelium.refuse(422, 'missing_title', 'a task needs a title');
   END IF;
   by_handle := mycelium.board_require_handle(mycelium.author(p_by));
-  k := coalesce(nullif(btrim(p_key), ''), 'work/' || mycelium.task_slug(p_title));
-  IF NOT mycelium.is_board_key(k) THEN
+  IF k IS NOT NULL AND NOT mycelium.is_board_key(k) THEN
     PERFORM mycelium.refuse(422, 'not_a_board_row',
       format('%L is not a board row: a task lives in work/ (or decisions/ status/ failed/)', k),
       jsonb_build_object('key', k));
+  END IF;
+  PERFORM pg_advisory_xact_lock(hashtextextended('mycelium.task-key:' || p_room, 0));
+  IF k IS NULL THEN
+    k := mycelium.free_task_key(p_room, p_title);
+  ELSIF EXISTS (SELECT 1 FROM mycelium.memories WHERE room = p_room AND key = k) THEN
+    PERFORM mycelium.refuse(409, 'task_exists',
+      format('%L already exists in room %L: file the task under another key, or leave the key out', k, p_room),
+      jsonb_build_object('room', p_room, 'key', k));
   END IF;
   IF nullif(btrim(p_assignee), '') IS NOT NULL THEN
     meta := meta || jsonb_build_object('assignee', mycelium.board_require_handle(p_assignee, 'assignee'));
@@ -536,7 +572,17 @@ BEGIN
     END IF;
     meta := meta || jsonb_build_object('part-of', btrim(p_parent));
   END IF;
+  SELECT array_agg(d ORDER BY o) INTO deps
+  FROM (SELECT DISTINCT ON (btrim(d)) btrim(d) AS d, o FROM unnest(p_depends_on) WITH ORDINALITY u(d, o)
+        WHERE nullif(btrim(d), '') IS NOT NULL ORDER BY btrim(d), o) x;
+  IF k = ANY (deps) THEN
+    PERFORM mycelium.refuse(422, 'invalid_dependency', format('%L cannot depend on itself', k),
+                            jsonb_build_object('key', k));
+  END IF;
+  IF deps IS NOT NULL THEN
+    meta := meta || jsonb_build_object('depends-on', to_jsonb(deps));
+  END IF;
   RETURN mycelium.write_memory(p_room, k, jsonb_build_object('text', '# ' || btrim(p_title) || E'\n'),
-                               by_handle, NULL, meta);
+                               by_handle, NULL, meta, NULL, 0);
 END
 $$;

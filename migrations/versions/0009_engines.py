@@ -1,7 +1,7 @@
 """Engines: registered engines, their summons, runs with leases, steps and traces, persona memory
 
 Revision ID: 0009_engines
-Revises: 0007_result_text
+Revises: 0008_room_names
 Create Date: 2026-12-02
 """
 
@@ -10,7 +10,7 @@ from alembic import op
 from mycelium.db.migrate import apply_frozen, run_as_owner
 
 revision = "0009_engines"
-down_revision = "0007_result_text"
+down_revision = "0008_room_names"
 branch_labels = None
 depends_on = None
 

@@ -8,7 +8,7 @@
 -- returns: row
 SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints
 FROM mycelium.create_task(mycelium.acting(:room, :actor, :actor_kind, :defer_wakes), :title, :handle, :key,
-                          :assignee, :parent) r
+                          :assignee, :parent, :depends_on::text[]) r
 
 -- name: board_rows
 -- a page of the board (attention and namespace NULL for all); 404 without the room
@@ -47,7 +47,8 @@ FROM mycelium.claim_task(mycelium.acting(:room, :actor, :actor_kind, :defer_wake
 -- name: release_task
 -- returns: row
 SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints
-FROM mycelium.release_task(mycelium.acting(:room, :actor, :actor_kind, :defer_wakes), :key, :handle, :note) r
+FROM mycelium.release_task(mycelium.acting(:room, :actor, :actor_kind, :defer_wakes), :key, :handle, :note,
+                           :force) r
 
 -- name: resolve_task
 -- returns: row

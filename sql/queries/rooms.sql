@@ -19,7 +19,11 @@ FROM (SELECT mycelium.delete_room(mycelium.acting(:room, :actor, :actor_kind, :d
 
 -- name: get_room
 -- returns: row
-SELECT * FROM mycelium.rooms WHERE name = :room
+-- by its name, else by another spelling of it (case, Unicode form)
+SELECT * FROM mycelium.rooms
+WHERE name = :room OR mycelium.room_fold(name) = mycelium.room_fold(:room)
+ORDER BY name = :room DESC
+LIMIT 1
 
 -- name: list_rooms
 -- the public rooms, and the private ones the actor owns or belongs to; a substring filter on names

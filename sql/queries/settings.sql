@@ -9,3 +9,8 @@ SELECT * FROM mycelium.settings_of(:room) WHERE :room = '' OR mycelium.room_know
 -- returns: row
 -- a value (jsonb; NULL clears) for a room ('' = hub-wide); the setting as it now applies there
 SELECT * FROM mycelium.write_setting(:name, :value, mycelium.acting(:room, :actor, :actor_kind), :handle)
+
+-- name: private_rooms_closed
+-- returns: value
+-- whether the hub-wide auth.gate is on (row-level security closes private rooms; sql/privacy.sql)
+SELECT coalesce((SELECT value = 'true'::jsonb FROM mycelium.config WHERE name = 'auth.gate' AND room = ''), false)

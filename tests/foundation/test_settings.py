@@ -136,7 +136,7 @@ def test_settings_from_the_command_line(db_dsn, tmp_path):
         subprocess.run([sys.executable, "-m", "mycelium.cli.main", "room", "create", "atlas"], env=env,
                        check=True, capture_output=True, timeout=60)
         assert "board.dependency_gate = false  (default)" in cli().stdout
-        assert cli("set", "board.dependency_gate", "on").stdout.strip() == "board.dependency_gate = true  (hub)"
+        assert cli("set", "board.dependency_gate", "true").stdout.strip() == "board.dependency_gate = true  (hub)"
         out = cli("set", "presence.ttl_seconds", "30", "--room", "atlas").stdout
         assert out.strip() == "presence.ttl_seconds = 30  (room)"
         shown = json.loads(cli("show", "--room", "atlas", "--json").stdout)

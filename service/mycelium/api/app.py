@@ -8,13 +8,14 @@ from typing import Any
 
 from litestar import Litestar
 from litestar.di import Provide
-from litestar.openapi import OpenAPIConfig
+from litestar.plugins.pydantic import PydanticPlugin
 
 from mycelium import __version__
 from mycelium.api import (
     assignments,
     board,
     config,
+    docs,
     engines,
     errors,
     export,
@@ -28,6 +29,7 @@ from mycelium.api import (
     tasks,
     whoami,
 )
+from mycelium.api.bodies import HubRequest
 from mycelium.api.conversations import CONVERSATION_ROUTES
 from mycelium.api.deps import provide_hub
 from mycelium.api.receipts import ReceiptController
@@ -73,15 +75,18 @@ def create_app(
         engines.EngineController,
         *config.ROUTES,
         whoami.whoami, *joins.ROUTES, export.export_room,
+        docs.assets_router(),
     ]
     return Litestar(
         route_handlers=handlers,
         dependencies={"hub": Provide(provide_hub)},
         exception_handlers=errors.HANDLERS,
+        request_class=HubRequest,
+        plugins=[PydanticPlugin(validate_strict=True)],  # "yes" is not a boolean, "30" not a number
         lifespan=[lifespan],
         middleware=gate_middleware(verifier),
         request_max_body_size=settings.max_body_bytes,
-        openapi_config=OpenAPIConfig(title="Mycelium hub", version=__version__),
+        openapi_config=docs.openapi_config("Mycelium hub", __version__),
         debug=False,
     )
 

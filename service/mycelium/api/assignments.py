@@ -40,7 +40,7 @@ class AssignmentController(Controller):
     async def release(self, verbs: VerbsDep, room: FromPath[str], data: JSONBody[ReleaseBody]
                       ) -> AssignmentRead:
         row = await verbs.call(Actor.declared(data.handle), "release_task", room=room, key=data.key,
-                               handle=data.handle, note=data.note)
+                               handle=data.handle, note=data.note, force=data.force)
         return assignment_read(row)
 
     @post("/resolve", status_code=200)

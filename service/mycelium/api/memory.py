@@ -13,8 +13,9 @@ from typing import Any
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.params import FromPath, FromQuery, JSONBody
 
-from mycelium.api.deps import VERBS, Annotated, HubDep, Query, VerbsDep
-from mycelium.verbs import NOBODY, Actor
+from mycelium.api.deps import VERBS, Annotated, HubDep, Offset, Query, VerbsDep, room_spelled
+from mycelium.errors import Refusal
+from mycelium.verbs import NOBODY, Actor, Verbs
 from mycelium.verbs.memories import (
     MemoryBatchCreate,
     MemoryHistory,
@@ -48,18 +49,29 @@ class MemoryController(Controller):
             computed = await hub.embedder.aembed([text_to_embed(data.items[i]) for i in wanted])
             for i, vector in zip(wanted, computed, strict=True):
                 vectors[i] = vector
+        try:
+            rows = await self._write_all(verbs, room, data, vectors)
+        except Refusal as refusal:
+            spelled = room_spelled(refusal, room)
+            if spelled is None:
+                raise
+            rows = await self._write_all(verbs, spelled, data, vectors)
+        return [memory_read(r) for r in rows]
+
+    @staticmethod
+    async def _write_all(verbs: Verbs, room: str, data: MemoryBatchCreate, vectors: list[Any]) -> list[Any]:
         rows = []
         async with verbs.transaction() as tx:
             for item, vector in zip(data.items, vectors, strict=True):
                 rows.append(await tx.call(Actor.declared(item.created_by), "write_memory",
                                           **write_params(room, item, vector)))
-        return [memory_read(r) for r in rows]
+        return rows
 
     @get("/")
     async def list(
         self, request: Request[Any, Any, Any], verbs: VerbsDep, room: FromPath[str],
         prefix: FromQuery[str] = "",
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100, offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100, offset: Offset = 0,
     ) -> Response[list[MemoryRead]]:
         rows = await verbs.call(NOBODY, "list_memories", room=room, prefix=prefix, offset=offset, limit=limit)
         total = rows[0]["total"] if rows else 0

@@ -15,7 +15,7 @@ from uuid import UUID
 from litestar import Controller, get, post
 from litestar.params import FromPath, FromQuery, JSONBody
 
-from mycelium.api.deps import VERBS, Annotated, Query, VerbsDep
+from mycelium.api.deps import VERBS, Annotated, Offset, Query, VerbsDep
 from mycelium.conversations import search
 from mycelium.errors import Refusal
 from mycelium.verbs import NOBODY, Actor
@@ -42,7 +42,7 @@ class MessageController(Controller):
     @get("/")
     async def list_messages(
         self, verbs: VerbsDep, room: FromPath[str],
-        limit: Annotated[int, Query(ge=1, le=500)] = 50, offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50, offset: Offset = 0,
         sender: FromQuery[str | None] = None, message_type: FromQuery[str | None] = None,
         kind: FromQuery[str | None] = None, status: FromQuery[str | None] = None,
         since: FromQuery[datetime | None] = None, before: FromQuery[str | None] = None,
@@ -72,9 +72,9 @@ class MessageController(Controller):
 
     @get("/search")
     async def search(
-        self, verbs: VerbsDep, room: FromPath[str], q_: Annotated[str, Query(name="q", max_length=2000)] = "",
+        self, verbs: VerbsDep, room: FromPath[str], q: Annotated[str, Query(max_length=2000)] = "",
         limit: Annotated[int, Query(ge=1, le=200)] = 20, cursor: FromQuery[str | None] = None,
         context: Annotated[int, Query(ge=0, le=5)] = 0,
     ) -> dict[str, Any]:
-        result = await search.search_messages(verbs, room, q_, limit=limit, cursor=cursor, context=context)
+        result = await search.search_messages(verbs, room, q, limit=limit, cursor=cursor, context=context)
         return result.body(message_read)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from litestar import Controller, delete, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody
 
-from mycelium.api.deps import VERBS, Annotated, Query, VerbsDep
+from mycelium.api.deps import VERBS, Annotated, Offset, Query, VerbsDep
 from mycelium.errors import Refusal
 from mycelium.verbs import NOBODY, Actor
 from mycelium.verbs.rooms import RoomCreate, RoomRead, RoomUpdate, room_read
@@ -27,7 +27,7 @@ class RoomController(Controller):
     @get("/")
     async def list_rooms(
         self, verbs: VerbsDep, viewer: FromQuery[str | None] = None, name: FromQuery[str | None] = None,
-        skip: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+        skip: Offset = 0, limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
     ) -> list[RoomRead]:
         rows = await verbs.call(Actor.declared(viewer), "list_rooms", name=name, skip=skip, limit=limit)
         return [room_read(r) for r in rows]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from litestar import Controller, get, post
 from litestar.params import FromPath, FromQuery, JSONBody
 
-from mycelium.api.deps import VERBS, Annotated, Query, VerbsDep
+from mycelium.api.deps import VERBS, Annotated, Offset, Query, VerbsDep
 from mycelium.verbs import NOBODY, Actor
 from mycelium.verbs.board import BoardRow, Filter, TaskCreate, attention_of, board_row
 from mycelium.verbs.memories import MemoryRead, memory_read
@@ -24,14 +24,15 @@ class TaskController(Controller):
     @post("/", status_code=201)
     async def create(self, verbs: VerbsDep, room: FromPath[str], data: JSONBody[TaskCreate]) -> MemoryRead:
         row = await verbs.call(Actor.declared(data.handle), "create_task", room=room, title=data.title,
-                               handle=data.handle, key=data.key, assignee=data.assignee, parent=data.parent)
+                               handle=data.handle, key=data.key, assignee=data.assignee, parent=data.parent,
+                               depends_on=data.depends_on)
         return memory_read(row)
 
     @get("/")
     async def board(
         self, verbs: VerbsDep, room: FromPath[str], filter: FromQuery[Filter] = "all",
         namespace: FromQuery[str | None] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 200, offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 200, offset: Offset = 0,
     ) -> list[BoardRow]:
         rows = await verbs.call(NOBODY, "board_rows", room=room, attention=attention_of(filter),
                                 namespace=namespace, limit=limit, offset=offset)

@@ -4,7 +4,10 @@ naming the problem)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
+
+import asyncpg
 
 from mycelium.auth.issuers import IssuerConfigError, parse_issuers
 from mycelium.auth.member_tokens import MemberTokens
@@ -44,6 +47,22 @@ async def start_gate(hub: Hub, verifier: TokenVerifier) -> MemberTokens:
 async def close_private_rooms(hub: Hub) -> None:
     """A gated hub, before it serves: the hub-wide ``auth.gate`` setting on, so the database shows a
     private room only to those who may see it (sql/privacy.sql). Turning it off again is an
-    operator's word (``mycelium config set auth.gate false``), never a hub started without the gate."""
-    await verbs_of(hub).call(HUB_PROCESS, "write_setting", name="auth.gate", value=True, room="",
+    operator's word (``mycelium config set auth.gate false``), never a hub started without the gate.
+
+    Closing turns row-level security on, table by table, while other replicas may be reading them:
+    PostgreSQL may then break a deadlock by failing this write, which is tried again."""
+    verbs = verbs_of(hub)
+    for attempt in range(CLOSE_ATTEMPTS):
+        if await verbs.call(HUB_PROCESS, "private_rooms_closed"):
+            return
+        try:
+            await verbs.call(HUB_PROCESS, "write_setting", name="auth.gate", value=True, room="",
                              handle="env")
+            return
+        except asyncpg.DeadlockDetectedError:
+            if attempt == CLOSE_ATTEMPTS - 1:
+                raise
+            await asyncio.sleep(0.2 * (attempt + 1))
+
+
+CLOSE_ATTEMPTS = 5

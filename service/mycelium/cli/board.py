@@ -4,10 +4,9 @@ and the dependency gate. A row is named by its key or its thread's short id."""
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from mycelium.cli.client import call, fail, print_json, refused, request
+from mycelium.cli.client import call, fail, print_json
 from mycelium.cli.common import (
     add_author,
     add_json,
@@ -61,6 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r = bsub.add_parser("release", help="give the lease back")
     r.add_argument("row")
     r.add_argument("--note", help="why (default: released)")
+    r.add_argument("--force", action="store_true",
+                   help="release a live lease someone else holds (the released notice records it)")
     _common(r, json_out=True, author=True)
     r.set_defaults(func=_release)
 
@@ -156,7 +157,7 @@ def _out(args: argparse.Namespace, value: Any, text: str) -> int:
 
 def _new(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"title": args.title, "handle": handle_of(args)}
-    for name in ("key", "parent"):
+    for name in ("key", "parent", "depends_on"):
         if getattr(args, name):
             body[name] = getattr(args, name)
     if args.assign:
@@ -164,19 +165,8 @@ def _new(args: argparse.Namespace) -> int:
     m = call("POST", f"{_base(args)}/tasks", json_body=body)
     text = f"{m['key']}  thread {m['episode'].rsplit(':', 1)[-1]}"
     if args.depends_on:
-        m = _depend(args, m["key"], args.depends_on)
         text += f"  waits on {', '.join(args.depends_on)}"
     return _out(args, m, text)
-
-
-def _depend(args: argparse.Namespace, key: str, on: list[str]) -> Any:
-    """Write the new row's depends-on field; a refusal says the row was filed without it."""
-    body = {"key": key, "handle": handle_of(args), "fields": {"depends-on": on}}
-    response = request("POST", f"{_base(args)}/fields", json_body=body)
-    if response.status >= 400:
-        print(f"filed {key}, but its dependencies were not recorded:", file=sys.stderr)
-        refused(response)
-    return response.json()
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -217,7 +207,7 @@ def _claim(args: argparse.Namespace) -> int:
 
 
 def _release(args: argparse.Namespace) -> int:
-    body = {"key": _key(args), "handle": handle_of(args), "note": args.note}
+    body = {"key": _key(args), "handle": handle_of(args), "note": args.note, "force": args.force}
     lease = call("POST", f"{_base(args)}/assignments/release", json_body=body)
     return _out(args, lease, lease_line(lease))
 

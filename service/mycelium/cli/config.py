@@ -7,10 +7,11 @@ the hub-wide one. ``mycelium config`` lists them with where each value comes fro
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
-from mycelium.cli.client import call, fail, print_json
-from mycelium.cli.common import add_author, add_json, handle_of, path_part
+from mycelium.cli.client import call, print_json
+from mycelium.cli.common import add_author, add_json, handle_of, literal, path_part
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,9 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json(show)
     show.set_defaults(func=_show)
 
-    put = csub.add_parser("set", help="write a setting (a value like on, off, true, 120)")
+    put = csub.add_parser("set", help="write a setting (a value like true, false, 120)")
     put.add_argument("name", help="e.g. board.dependency_gate")
-    put.add_argument("value", help="parsed as YAML: on/off/true/false, numbers")
+    put.add_argument("value", help="a JSON literal as typed (true, false, 120), anything else the text typed")
     _where(put)
     add_author(put)
     add_json(put)
@@ -48,10 +49,7 @@ def _base(args: argparse.Namespace) -> str:
 
 
 def _line(s: dict[str, Any]) -> str:
-    import yaml
-
-    value = yaml.safe_dump(s["value"], default_flow_style=True).strip().removesuffix("...").strip()
-    return f"{s['name']} = {value}  ({s['source']})"
+    return f"{s['name']} = {json.dumps(s['value'], ensure_ascii=False)}  ({s['source']})"
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -65,13 +63,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _set(args: argparse.Namespace) -> int:
-    import yaml
-
-    try:
-        value = yaml.safe_load(args.value)
-    except yaml.YAMLError as exc:
-        fail(f"cannot read the value {args.value!r}: {exc}")
-    body = {"value": value, "handle": handle_of(args)}
+    body = {"value": literal(args.value), "handle": handle_of(args)}
     return _print(args, call("PUT", f"{_base(args)}/{path_part(args.name)}", json_body=body))
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -196,6 +196,16 @@ class Cursor:
     message_id: UUID | None = None
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def time_cursor(at: datetime, message_id: Any) -> str:
+    """The cursor after a message, by its time and id: ``<microseconds since 1970>.<id>``, only
+    characters a URL keeps as they are, so it can be pasted into one raw."""
+    micros = (at - _EPOCH) // timedelta(microseconds=1)
+    return f"{micros}.{message_id}"
+
+
 def parse_cursor(raw: str | None, sort: str) -> Cursor:
     if raw is None or not raw.strip():
         return Cursor()
@@ -206,12 +216,18 @@ def parse_cursor(raw: str | None, sort: str) -> Cursor:
             if offset < 0:
                 raise ValueError
             return Cursor(offset=offset)
-        stamp, _, ident = text.partition("|")
-        at = datetime.fromisoformat(stamp)
-        at = at if at.tzinfo else at.replace(tzinfo=UTC)
+        if "|" in text:  # the older form, '<ISO time>|<id>' (it needs escaping in a URL)
+            stamp, _, ident = text.partition("|")
+            at = datetime.fromisoformat(stamp)
+            at = at if at.tzinfo else at.replace(tzinfo=UTC)
+        else:
+            micros, _, ident = text.partition(".")
+            if not micros.lstrip("-").isdigit():
+                raise ValueError
+            at = _EPOCH + timedelta(microseconds=int(micros))
         return Cursor(at=at, message_id=UUID(ident) if ident else None)
-    except ValueError:
-        shape = "an offset" if sort == "relevance" else "'<created_at>|<id>'"
+    except (ValueError, OverflowError):
+        shape = "an offset" if sort == "relevance" else "'<microseconds>.<id>'"
         raise Refusal(422, "invalid_cursor", f"cursor: {raw!r} is not {shape} (pass back next_cursor)",
                       {"field": "cursor"}) from None
 
@@ -314,7 +330,7 @@ async def search_messages(
         if more and rows:
             last = rows[-1]
             result.next_cursor = (str(paging.offset + limit) if query.sort == "relevance"
-                                  else f"{last['created_at'].isoformat()}|{last['id']}")
+                                  else time_cursor(last["created_at"], last["id"]))
 
         neighbours: dict[int, dict[str, list[Any]]] = {}
         if context and rows:

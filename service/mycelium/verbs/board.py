@@ -4,7 +4,7 @@ answers every transport shares."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -12,6 +12,7 @@ DEFAULT_TTL_MINUTES = 30
 
 Filter = Literal["needs-you", "needs_you", "in-flight", "in_flight", "resolved", "all"]
 BoardVerb = Literal["block", "unblock", "dismiss", "promote"]
+RowKey = Annotated[str, Field(min_length=1, max_length=512)]
 
 
 class TaskCreate(BaseModel):
@@ -21,6 +22,7 @@ class TaskCreate(BaseModel):
     key: str | None = Field(default=None, max_length=512)
     assignee: str | None = Field(default=None, max_length=200)
     parent: str | None = Field(default=None, max_length=512)
+    depends_on: list[RowKey] | None = Field(default=None, max_length=100)
 
 
 class BoardRow(BaseModel):
@@ -75,6 +77,7 @@ class ReleaseBody(BaseModel):
     key: str = Field(min_length=1, max_length=512)
     handle: str = Field(min_length=1, max_length=200)
     note: str | None = Field(default=None, max_length=2000)
+    force: bool = False
 
 
 class ResolveBody(BaseModel):
