@@ -30,6 +30,8 @@ from mycelium.api.receipts import ReceiptController
 from mycelium.api.transitions import TransitionController
 from mycelium.hub import Hub
 from mycelium.settings import Settings, load_settings
+from mycelium.web import ROUTES as WEB_ROUTES
+from mycelium.web import template_config
 from mycelium.workers.catalogue import default_loops
 
 
@@ -64,6 +66,7 @@ def create_app(
         *CONVERSATION_ROUTES,
         TransitionController, ReceiptController,
         *config.ROUTES,
+        *WEB_ROUTES,
     ]
     return Litestar(
         route_handlers=handlers,
@@ -72,6 +75,7 @@ def create_app(
         lifespan=[lifespan],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(title="Mycelium hub", version=__version__),
+        template_config=template_config(),
         debug=False,
     )
 

@@ -1,0 +1,89 @@
+"""What each page reads, through the verb gateway (the same verbs the API's routes call)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mycelium.errors import Refusal
+from mycelium.verbs import NOBODY, Verbs
+from mycelium.verbs.board import BoardRow, board_row
+from mycelium.verbs.messages import MessageRead, message_read
+from mycelium.verbs.rooms import RoomRead, room_read
+from mycelium.web import views
+
+#: Rows per board column, and timeline entries, a room page shows.
+COLUMN_LIMIT = 100
+TIMELINE_WINDOW = 300
+THREAD_LIMIT = 200
+
+
+async def room(verbs: Verbs, name: str) -> RoomRead:
+    row = await verbs.call(NOBODY, "get_room", room=name)
+    if row is None:
+        raise Refusal(404, "room_not_found", f"Room '{name}' not found", {"room": name})
+    return room_read(row)
+
+
+async def board(verbs: Verbs, name: str) -> dict[str, list[BoardRow]]:
+    """The board's columns (each paged to ``COLUMN_LIMIT``)."""
+    columns: dict[str, list[BoardRow]] = {}
+    for attention, _ in views.COLUMNS:
+        rows = await verbs.call(NOBODY, "board_rows", room=name, attention=attention, namespace=None,
+                                limit=COLUMN_LIMIT, offset=0)
+        columns[attention] = [board_row(r) for r in rows]
+    return columns
+
+
+async def recent(verbs: Verbs, name: str) -> tuple[int, list[MessageRead]]:
+    """The room's timeline head and its last ``TIMELINE_WINDOW`` entries, oldest first."""
+    head: int = await verbs.call(NOBODY, "timeline_head", room=name)
+    rows = await verbs.call(NOBODY, "messages_after", room=name, after=max(0, head - TIMELINE_WINDOW),
+                            limit=TIMELINE_WINDOW)
+    return head, [message_read(r) for r in rows]
+
+
+async def members(verbs: Verbs, name: str) -> tuple[list[Any], list[views.Floor]]:
+    present = await verbs.call(NOBODY, "room_members", room=name)
+    floors = views.floors(await verbs.call(NOBODY, "room_floors", room=name))
+    return list(present), floors
+
+
+async def room_page(verbs: Verbs, name: str) -> dict[str, Any]:
+    """Everything the room page shows."""
+    now = await verbs.call(NOBODY, "room_clock", room=name)
+    the_room = await room(verbs, name)
+    columns = await board(verbs, name)
+    head, messages = await recent(verbs, name)
+    present, floors = await members(verbs, name)
+    every_row = [r for rows in columns.values() for r in rows]
+    lines = views.timeline(name, messages, views.thread_rows(every_row))
+    floor_of = {f.thread: f for f in floors}
+    here = {m["handle"] for m in present}
+    known = sorted(here | set(the_room.members) | {r.owner for r in every_row if r.owner}
+                   | {m.sender_handle for m in messages if m.sender_role != "coordinator"})
+    return {"now": now, "room": the_room, "columns": columns, "column_names": views.COLUMNS, "lines": lines,
+            "head": head, "present": present, "here": here, "floors": floors, "floor_of": floor_of,
+            "handles": known, "seconds_left": views.seconds_left}
+
+
+async def task_page(verbs: Verbs, name: str, key: str) -> dict[str, Any]:
+    now = await verbs.call(NOBODY, "room_clock", room=name)
+    the_room = await room(verbs, name)
+    row = board_row(await verbs.call(NOBODY, "board_row", room=name, ref=key))
+    memory = await verbs.call(NOBODY, "get_memory", room=name, key=row.key)
+    links = await verbs.call(NOBODY, "memory_links_of", room=name, key=row.key)
+    thread = await verbs.call(NOBODY, "list_messages", room=name, sender=None, message_type=None, kind=None,
+                              status=None, since=None, before_position=None, before_time=None,
+                              episode=row.episode, offset=0, limit=THREAD_LIMIT)
+    head: int = await verbs.call(NOBODY, "timeline_head", room=name)
+    floors = views.floors(await verbs.call(NOBODY, "room_floors", room=name))
+    depends = memory["meta"].get("depends-on") or []
+    if isinstance(depends, str):
+        depends = [depends]
+    dependents = [b for b in links.get("backlinks", []) if b.get("relation") == "depends-on"]
+    fields = {k: v for k, v in memory["meta"].items() if k not in ("episode",)}
+    return {"now": now, "room": the_room, "row": row, "body": views.body_text(memory["value"]),
+            "fields": fields, "depends": depends, "dependents": dependents, "head": head,
+            "thread": [message_read(m) for m in reversed(thread)],
+            "floor": next((f for f in floors if f.thread == row.short_id), None),
+            "left": views.seconds_left(row, now)}
