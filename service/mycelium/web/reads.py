@@ -77,13 +77,18 @@ async def task_page(verbs: Verbs, name: str, key: str) -> dict[str, Any]:
                               episode=row.episode, offset=0, limit=THREAD_LIMIT)
     head: int = await verbs.call(NOBODY, "timeline_head", room=name)
     floors = views.floors(await verbs.call(NOBODY, "room_floors", room=name))
+    present, _ = await members(verbs, name)
+    shown = [message_read(m) for m in reversed(thread)]
+    named = {m["handle"] for m in present} | set(the_room.members) | {row.owner or "", row.assignee or ""}
+    handles = sorted((named | {m.sender_handle for m in shown if m.sender_role != "coordinator"}) - {""})
     depends = memory["meta"].get("depends-on") or []
     if isinstance(depends, str):
         depends = [depends]
     dependents = [b for b in links.get("backlinks", []) if b.get("relation") == "depends-on"]
     fields = {k: v for k, v in memory["meta"].items() if k not in ("episode",)}
-    return {"now": now, "room": the_room, "row": row, "body": views.body_text(memory["value"]),
+    body = views.without_title(views.body_text(memory["value"]), row.title)
+    return {"now": now, "room": the_room, "row": row, "body": body,
             "fields": fields, "depends": depends, "dependents": dependents, "head": head,
-            "thread": [message_read(m) for m in reversed(thread)],
+            "thread": shown, "handles": handles,
             "floor": next((f for f in floors if f.thread == row.short_id), None),
             "left": views.seconds_left(row, now)}

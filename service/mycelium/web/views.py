@@ -179,6 +179,14 @@ def body_text(value: dict[str, Any] | None) -> str:
     return yaml.safe_dump(value, sort_keys=False, allow_unicode=True)
 
 
+def without_title(text: str, title: str | None) -> str:
+    """A row's body without its first line when that line is the title the page already heads with."""
+    first, _, rest = text.lstrip().partition("\n")
+    if title and first.lstrip("#").strip() == title.strip():
+        return rest.lstrip("\n")
+    return text
+
+
 def namespaces(keys: Iterable[str]) -> list[tuple[str, int]]:
     """The first key segments and how many keys each holds, most first."""
     counts: dict[str, int] = {}

@@ -115,7 +115,9 @@
     return memoryKeys || [];
   }
   function handles() {
-    return Array.from(document.querySelectorAll("#handles option")).map((o) => o.value);
+    // the page's list, and the members rail (which the stream keeps fresh)
+    const named = document.querySelectorAll("#handles option, [data-handle]");
+    return Array.from(new Set(Array.from(named).map((el) => el.value || el.dataset.handle)));
   }
   document.querySelectorAll("textarea[data-sigils]").forEach((area) => {
     const list = document.createElement("ul");
