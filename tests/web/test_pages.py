@@ -251,3 +251,17 @@ async def test_static_files_are_served_and_pages_name_no_other_host(client):
     for path in ("/", "/room/atlas", "/room/atlas/memories", "/transitions"):
         text = (await client.get(path)).text
         assert not re.search(r'(src|href)="(https?:)?//', text), path
+
+
+async def test_a_board_column_shows_its_first_rows_and_how_many_more(client):
+    await client.post("/api/rooms", json={"name": "atlas"})
+    for i in range(3):
+        await client.post("/api/rooms/atlas/tasks", json={"title": f"Task {i}", "handle": "ana"})
+    r = await client.get("/room/atlas", params={"rows": 2})
+    assert r.status_code == 200 and r.text.count('class="card"') == 2 and "1 more" in r.text
+    board = r.text.split('id="timeline"')[0]
+    assert 'href="?rows=8"' in board and "Task 2" in board and "Task 0" not in board
+    assert (await client.get("/room/atlas")).text.count('class="card"') == 3
+    assert (await client.get("/room/atlas", params={"rows": 0})).status_code == 422
+    parts = await client.get("/room/atlas/parts", params={"rows": 2})
+    assert parts.status_code == 200 and parts.text.count('data-part=') == 3

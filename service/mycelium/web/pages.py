@@ -44,15 +44,21 @@ async def rooms(request: Request[Any, Any, Any], verbs: VerbsDep) -> Template:
     return page("rooms.html", request, rooms=[room_read(r) for r in listed], now=datetime.now(UTC))
 
 
+RowsQuery = Annotated[int, Query(ge=1, le=reads.BOARD_LIMIT)]
+
+
 @get("/room/{name:str}")
-async def room(request: Request[Any, Any, Any], verbs: VerbsDep, name: FromPath[str]) -> Template:
-    return page("room.html", request, **await reads.room_page(verbs, name))
+async def room(request: Request[Any, Any, Any], verbs: VerbsDep, name: FromPath[str],
+               rows: RowsQuery = reads.COLUMN_ROWS) -> Template:
+    """The room: its board (``rows`` per column), timeline, members and forms."""
+    return page("room.html", request, **await reads.room_page(verbs, name, rows))
 
 
 @get("/room/{name:str}/parts")
-async def room_parts(request: Request[Any, Any, Any], verbs: VerbsDep, name: FromPath[str]) -> Template:
+async def room_parts(request: Request[Any, Any, Any], verbs: VerbsDep, name: FromPath[str],
+                     rows: RowsQuery = reads.COLUMN_ROWS) -> Template:
     """The room page's live parts (board, timeline, members) alone, for its script to swap in."""
-    return page("_room_parts.html", request, **await reads.room_page(verbs, name))
+    return page("_room_parts.html", request, **await reads.room_page(verbs, name, rows))
 
 
 @get("/room/{name:str}/task/{key:path}")

@@ -11,8 +11,10 @@ from mycelium.verbs.messages import MessageRead, message_read
 from mycelium.verbs.rooms import RoomRead, room_read
 from mycelium.web import views
 
-#: Rows per board column, and timeline entries, a room page shows.
-COLUMN_LIMIT = 100
+#: The board's rows a room page reads (the most recently changed), the rows per column it shows
+#: unless asked for more, and the timeline entries it reads.
+BOARD_LIMIT = 1000
+COLUMN_ROWS = 50
 TIMELINE_WINDOW = 300
 THREAD_LIMIT = 200
 
@@ -25,12 +27,13 @@ async def room(verbs: Verbs, name: str) -> RoomRead:
 
 
 async def board(verbs: Verbs, name: str) -> dict[str, list[BoardRow]]:
-    """The board's columns (each paged to ``COLUMN_LIMIT``)."""
-    columns: dict[str, list[BoardRow]] = {}
-    for attention, _ in views.COLUMNS:
-        rows = await verbs.call(NOBODY, "board_rows", room=name, attention=attention, namespace=None,
-                                limit=COLUMN_LIMIT, offset=0)
-        columns[attention] = [board_row(r) for r in rows]
+    """The board's rows by column, most recently changed first (one read: the view derives every
+    row's lease and dependencies at once, so three filtered reads cost three times one)."""
+    columns: dict[str, list[BoardRow]] = {attention: [] for attention, _ in views.COLUMNS}
+    rows = await verbs.call(NOBODY, "board_rows", room=name, attention=None, namespace=None,
+                            limit=BOARD_LIMIT, offset=0)
+    for r in rows:
+        columns.setdefault(r["attention"], []).append(board_row(r))
     return columns
 
 
@@ -48,8 +51,8 @@ async def members(verbs: Verbs, name: str) -> tuple[list[Any], list[views.Floor]
     return list(present), floors
 
 
-async def room_page(verbs: Verbs, name: str) -> dict[str, Any]:
-    """Everything the room page shows."""
+async def room_page(verbs: Verbs, name: str, rows: int = COLUMN_ROWS) -> dict[str, Any]:
+    """Everything the room page shows (``rows`` per board column)."""
     now = await verbs.call(NOBODY, "room_clock", room=name)
     the_room = await room(verbs, name)
     columns = await board(verbs, name)
@@ -63,7 +66,7 @@ async def room_page(verbs: Verbs, name: str) -> dict[str, Any]:
                    | {m.sender_handle for m in messages if m.sender_role != "coordinator"})
     return {"now": now, "room": the_room, "columns": columns, "column_names": views.COLUMNS, "lines": lines,
             "head": head, "present": present, "here": here, "floors": floors, "floor_of": floor_of,
-            "handles": known, "seconds_left": views.seconds_left}
+            "handles": known, "seconds_left": views.seconds_left, "rows": rows}
 
 
 async def task_page(verbs: Verbs, name: str, key: str) -> dict[str, Any]:

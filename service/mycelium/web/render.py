@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from urllib.parse import quote
 
@@ -24,6 +25,8 @@ TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
 
 _MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False})
+#: What could make text render as more than one escaped paragraph.
+_MARKUP = re.compile(r"[*_`\[\]#>|~\\&<!]|^\s*([-+=]|\d+[.)])|\n|^ {4}|://", re.M)
 _WIKILINK = re.compile(r"(!?)\[\[([^\[\]|]+?)(?:\|([^\[\]]+?))?\]\]")
 
 
@@ -44,6 +47,14 @@ def markdown(text: str | None, room: str) -> Markup:
     """Markdown as HTML, raw HTML off; ``[[key]]`` links to the memory's page in ``room``."""
     if not text:
         return Markup("")
+    if not _MARKUP.search(text):  # plain prose reads the same as one escaped paragraph
+        return Markup("<p>{}</p>\n").format(text.strip())
+    return _rendered(text, room)
+
+
+@lru_cache(maxsize=4096)
+def _rendered(text: str, room: str) -> Markup:
+    """(A page re-renders the same messages at every refresh; their HTML never changes.)"""
 
     def wikilink(match: re.Match[str]) -> str:
         target = match.group(2).strip().split("#", 1)[0]
