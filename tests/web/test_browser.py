@@ -161,3 +161,31 @@ async def test_every_page_reads_and_a_form_works_without_javascript(browser, hub
     await expect(page.locator("h1")).to_have_text("Transitions")
     assert foreign == [] and dialogs == [] and errors == []
     await context.close()
+
+
+async def test_a_task_page_follows_its_thread_live_from_another_replica(browser, hub_url, db_dsn, tmp_path):
+    from tests.support.processes import HubProcess
+
+    other = HubProcess(data_dir=tmp_path / "other", database_url=db_dsn, extra=["--no-mirror", "--no-workers"])
+    try:
+        other.wait_ready()
+        httpx.post(f"{hub_url}/api/rooms", json={"name": "atlas"}).raise_for_status()
+        row = httpx.post(f"{hub_url}/api/rooms/atlas/tasks", json={"title": "Argue it out", "handle": "ana"}).json()
+        context, page, foreign, dialogs, errors = await open_page(browser, hub_url, width=390, height=844)
+        await page.goto(f"{hub_url}/room/atlas/task/{row['key']}")
+        await expect(page.locator("[data-part=thread]")).to_contain_text("No one has written")
+        marker = await page.evaluate("window.__marker = 1")
+        # written through the other replica: this page's replica hears it from the database
+        httpx.post(f"{other.url}/api/rooms/atlas/messages", json={
+            "sender_handle": "nova", "content": "from the other replica", "episode": row["episode"]}).raise_for_status()
+        await expect(page.locator("[data-part=thread] .line.msg")).to_contain_text("from the other replica",
+                                                                                   timeout=LIVE)
+        httpx.post(f"{other.url}/api/rooms/atlas/assignments/claim",
+                   json={"key": row["key"], "handle": "nova"}).raise_for_status()
+        await expect(page.locator("[data-part=row]")).to_contain_text("held by @nova", timeout=LIVE)
+        assert await page.evaluate("window.__marker") == marker
+        await page.screenshot(path=str(tmp_path / "task-phone.png"), full_page=True)
+        assert foreign == [] and dialogs == [] and errors == []
+        await context.close()
+    finally:
+        other.stop()

@@ -10,7 +10,7 @@
 
   // -- live parts -------------------------------------------------------------------------------
   let refreshing = false, again = false, timer = null;
-  function schedule() { clearTimeout(timer); timer = setTimeout(refresh, 40); }
+  function schedule() { clearTimeout(timer); timer = setTimeout(refresh, 5); }
   async function refresh() {
     if (!partsUrl) return;
     if (refreshing) { again = true; return; }
