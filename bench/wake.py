@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _db import bench_database
 from _report import machine, stamp, table, write_section
 from mycelium.db.pool import setup_connection
-from mycelium.db.queries import q
+from mycelium.db.queries import query
 from tests.support.processes import HubProcess, free_port
 
 
@@ -251,7 +251,7 @@ async def one_connection(dsn: str, n: int, run: int) -> dict[str, tuple[float, f
     await setup_connection(conn, "mycelium_app")
     await conn.execute("SELECT mycelium.create_room($1)", room)
     handles = [f"f{i}" for i in range(64)]
-    post, take = q("post_message"), q("take_next")
+    post, take = query("post_message").sql, query("take_next").sql
 
     async def send(i: int) -> None:
         await conn.fetchrow(post, room, "sender", f"floor-{i}", None, [handles[i % 64]], "exchange", None,

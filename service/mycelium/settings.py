@@ -62,6 +62,14 @@ class Settings(BaseSettings):
     """When set, the hub writes it at start as the hub-wide ``board.dependency_gate`` (the setting
     itself lives in the database, so every replica obeys the same one; a room may override it)."""
 
+    auth: bool = False
+    """The token gate (``MYCELIUM_AUTH=on``): every route but ``/health``, the docs and
+    ``POST /api/joins/redeem`` needs a bearer JWT of a configured issuer. Off: nothing is asked."""
+    auth_issuers: str | None = None
+    """The issuers the gate trusts: JSON, or ``@file`` (see ``mycelium.auth.issuers``)."""
+    auth_leeway_seconds: float = Field(default=30.0, ge=0, le=300)
+    """How far ``exp`` and ``nbf`` may be off (clock skew)."""
+
     def resolved_data_dir(self) -> Path:
         return environment.absolute(self.data_dir)
 

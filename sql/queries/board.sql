@@ -99,16 +99,14 @@ SELECT mycelium.dependency_gate_on(:room) AS dependency_gate,
 WHERE :room = '' OR mycelium.room_known(:room)
 
 -- name: write_dependency_gate
+-- needs: operator
 -- returns: value
 -- on (NULL clears), for a room ('' for the hub)
 SELECT mycelium.set_dependency_gate(:enabled, mycelium.acting(:room, :actor, :actor_kind), :handle)
-
--- name: set_dependency_gate
--- the hub's own write of the gate from its environment (no actor): $1 on, $2 room, $3 by
-SELECT mycelium.set_dependency_gate(:enabled, :room, :by)
 
 -- name: sweep_expired_leases
 SELECT * FROM mycelium.sweep_expired_leases(:batch)
 
 -- name: next_lease_expiry
+-- returns: value
 SELECT mycelium.next_lease_expiry()

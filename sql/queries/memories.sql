@@ -49,4 +49,5 @@ WHERE mycelium.room_known(:room)
 ORDER BY s.score DESC, s.key
 
 -- name: set_embedding
+-- returns: value
 SELECT mycelium.set_embedding(:room, :key, :version, :embedding)

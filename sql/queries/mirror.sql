@@ -1,6 +1,7 @@
 -- The markdown mirror's follower: its stored position, the changes after it, the rows to export.
 
 -- name: follower_position
+-- returns: row
 SELECT tx::text AS tx, seq FROM mycelium.register_follower(:name)
 
 -- name: pending_changes
@@ -13,6 +14,7 @@ ORDER BY tx, seq
 LIMIT :batch
 
 -- name: advance_follower
+-- returns: none
 SELECT mycelium.advance_follower(:name, :tx::xid8, :seq)
 
 -- name: memories_for_export

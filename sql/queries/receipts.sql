@@ -5,13 +5,16 @@
 SELECT * FROM mycelium.unsigned_receipt_batch(:batch)
 
 -- name: sign_receipts
+-- needs: operator
 SELECT mycelium.sign_receipts(:key_id, :ids, :signatures)
 
 -- name: register_receipt_key
+-- needs: operator
 -- returns: row
 SELECT * FROM mycelium.register_receipt_key(:key_id, :public_key)
 
 -- name: retire_receipt_keys
+-- needs: operator
 SELECT * FROM mycelium.retire_receipt_keys(:except_key_id)
 
 -- name: receipt_keys
@@ -29,5 +32,6 @@ LIMIT :limit
 SELECT * FROM mycelium.verify_receipt_chain(:agent)
 
 -- name: rotate_receipt_key
+-- needs: operator
 -- register a new key and retire every other one (their signatures stay valid), in one statement
 SELECT * FROM mycelium.retire_receipt_keys((mycelium.register_receipt_key(:key_id, :public_key)).key_id)

@@ -11,6 +11,7 @@ SELECT * FROM mycelium.create_room(mycelium.acting(:name, :actor, :actor_kind), 
 SELECT * FROM mycelium.update_room(mycelium.acting(:room, :actor, :actor_kind), :patch, :by)
 
 -- name: delete_room
+-- needs: operator
 -- returns: row
 -- (the room's own change hint comes back with it)
 SELECT current_setting('mycelium.wake_hints', true) AS wake_hints

@@ -12,6 +12,7 @@ import pytest
 from mycelium.db.pool import setup_connection
 from mycelium.mirror.follower import apply_pending, export_all
 from mycelium.mirror.render import parse_file
+from mycelium.verbs import verbs_on
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ async def test_a_memory_appears_as_a_markdown_file_with_its_frontmatter(admin_co
     await admin_conn.execute(
         """SELECT * FROM mycelium.write_memory('atlas', 'notes/a', '"Body text"', 'ana',
                                                p_tags => '{x}', p_meta => '{"status": "draft"}')""")
-    applied = await apply_pending(follower_conn, tmp_path)
+    applied = await apply_pending(verbs_on(follower_conn), tmp_path)
     assert applied.written == 1
     path = tmp_path / "rooms" / "atlas" / "notes" / "a.md"
     parsed = parse_file(path.read_text())
@@ -47,10 +48,10 @@ async def test_deletes_remove_files_and_a_deleted_room_removes_its_folder(admin_
         await admin_conn.execute("SELECT mycelium.create_room($1)", room)
         await w(admin_conn, room, "x/one", "1")
         await w(admin_conn, room, "two", "2")
-    await apply_pending(follower_conn, tmp_path)
+    await apply_pending(verbs_on(follower_conn), tmp_path)
     await admin_conn.execute("SELECT * FROM mycelium.delete_memory('a', 'x/one')")
     await admin_conn.execute("SELECT mycelium.delete_room('b')")
-    await apply_pending(follower_conn, tmp_path)
+    await apply_pending(verbs_on(follower_conn), tmp_path)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.md")) == ["rooms/a/two.md"]
     assert not (tmp_path / "rooms" / "a" / "x").exists()
     assert not (tmp_path / "rooms" / "b").exists()
@@ -62,16 +63,16 @@ async def test_the_mirror_resumes_after_a_restart_without_gaps_or_duplicates(adm
         await w(admin_conn, "r", f"k{i}", f"v{i}")
     first = await asyncpg.connect(db_dsn)
     await setup_connection(first)
-    assert (await apply_pending(first, tmp_path, batch=4)).written == 10
+    assert (await apply_pending(verbs_on(first), tmp_path, batch=4)).written == 10
     await first.close()  # the follower process goes away
     for i in range(5, 15):
         await w(admin_conn, "r", f"k{i}", f"v{i}-new")
     await admin_conn.execute("SELECT * FROM mycelium.delete_memory('r', 'k0')")
     second = await asyncpg.connect(db_dsn)
     await setup_connection(second)
-    applied = await apply_pending(second, tmp_path, batch=3)
+    applied = await apply_pending(verbs_on(second), tmp_path, batch=3)
     assert applied.written == 10 and applied.removed == 1  # exactly the changes since the stored position
-    again = await apply_pending(second, tmp_path)
+    again = await apply_pending(verbs_on(second), tmp_path)
     assert (again.written, again.removed, again.changes) == (0, 0, 0)
     await second.close()
     files = {p.stem: parse_file(p.read_text()).body for p in (tmp_path / "rooms" / "r").glob("*.md")}
@@ -88,11 +89,11 @@ async def test_a_slow_commit_is_never_skipped(admin_conn, db_dsn, follower_conn,
         await tx.start()
         await w(slow, "r", "slow", "started first, commits last")
         await w(admin_conn, "r", "fast", "committed first")
-        await apply_pending(follower_conn, tmp_path)  # must not move past the open transaction
+        await apply_pending(verbs_on(follower_conn), tmp_path)  # must not move past the open transaction
         await tx.commit()
     finally:
         await slow.close()
-    await apply_pending(follower_conn, tmp_path)
+    await apply_pending(verbs_on(follower_conn), tmp_path)
     assert sorted(p.stem for p in (tmp_path / "rooms" / "r").glob("*.md")) == ["fast", "slow"]
 
 
@@ -102,10 +103,10 @@ async def test_export_rebuilds_the_mirror_from_scratch(admin_conn, follower_conn
     stray = tmp_path / "rooms" / "r" / "gone.md"
     stray.parent.mkdir(parents=True)
     stray.write_text("stale")
-    result = await export_all(follower_conn, tmp_path)
+    result = await export_all(verbs_on(follower_conn), tmp_path)
     assert (result.written, result.removed) == (1, 1)
     assert (tmp_path / "rooms" / "r" / "a" / "b.md").exists() and not stray.exists()
-    assert (await export_all(follower_conn, tmp_path)).written == 0
+    assert (await export_all(verbs_on(follower_conn), tmp_path)).written == 0
 
 
 async def test_the_hub_worker_writes_files_as_changes_commit(db_dsn, settings_for, tmp_path):

@@ -12,6 +12,7 @@ from litestar.testing import AsyncTestClient
 from mycelium.mirror.files import memory_path
 from mycelium.mirror.follower import Unwritable, apply_pending, export_all
 from mycelium.mirror.render import parse_file
+from mycelium.verbs import verbs_on
 
 FOLLOWER_LOG = "mycelium.mirror.follower"
 
@@ -62,22 +63,22 @@ async def test_an_unwritable_file_is_skipped_and_everything_else_is_written(admi
         await w(admin_conn, "a", "top", "fine")
         await w(admin_conn, "b", "notes/x", "fine too")
         unwritable = Unwritable()
-        applied = await apply_pending(conn, tmp_path, unwritable=unwritable)
+        applied = await apply_pending(verbs_on(conn), tmp_path, unwritable=unwritable)
         assert applied.written == 2 and len(applied.failed) == 1
         assert "room 'a' key 'notes/x'" in applied.failed[0]
         assert (tmp_path / "rooms" / "a" / "top.md").exists()
         assert parse_file(memory_path(tmp_path, "b", "notes/x").read_text()).body == "fine too"
         # the position advanced: the failed change is not tried again by itself
-        again = await apply_pending(conn, tmp_path, unwritable=unwritable)
+        again = await apply_pending(verbs_on(conn), tmp_path, unwritable=unwritable)
         assert (again.changes, again.failed) == (0, [])
         assert len(unwritable.files) == 1
         # export retries every file: still blocked, said so, the rest written
-        exported = await export_all(conn, tmp_path)
+        exported = await export_all(verbs_on(conn), tmp_path)
         assert len(exported.failed) == 1 and "notes/x" in exported.failed[0]
         # a later change of the same memory is tried again, and succeeds once the way is clear
         (tmp_path / "rooms" / "a" / "notes").unlink()
         await w(admin_conn, "a", "notes/x", "unblocked")
-        fixed = await apply_pending(conn, tmp_path, unwritable=unwritable)
+        fixed = await apply_pending(verbs_on(conn), tmp_path, unwritable=unwritable)
         assert fixed.written == 1 and fixed.failed == [] and unwritable.files == {}
         assert parse_file(memory_path(tmp_path, "a", "notes/x").read_text()).body == "unblocked"
     finally:

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from mycelium.verbs import verbs_on
 from mycelium.workers.indexer import catch_up_once
 
 TEXTS = {
@@ -88,7 +89,7 @@ async def test_a_vector_is_cleared_when_the_text_changes_without_one_and_the_ind
         "SELECT embedding IS NULL FROM mycelium.memories WHERE key = 'pets/cat'")
     # a hub (another replica, here) catches up
     async with hub.db.acquire() as conn:
-        assert await catch_up_once(conn, hub.embedder) >= 1
+        assert await catch_up_once(verbs_on(conn), hub.embedder) >= 1
     assert await admin_conn.fetchval("SELECT embedding IS NOT NULL FROM mycelium.memories WHERE key = 'pets/cat'")
     result = await search(filled, "a dog barking at the postman")
     assert result["results"][0]["memory"]["key"] == "pets/cat"
@@ -99,7 +100,7 @@ async def test_a_memory_written_in_psql_becomes_searchable(filled, admin_conn, h
                                 VALUES ('atlas', 'by/hand', '{"text": "Photosynthesis turns light into sugar."}', 'dba')""")
     for _ in range(3):
         async with hub.db.acquire() as conn:
-            if await catch_up_once(conn, hub.embedder) == 0:
+            if await catch_up_once(verbs_on(conn), hub.embedder) == 0:
                 break
         await asyncio.sleep(0)
     result = await search(filled, "how plants make food from sunlight")

@@ -9,7 +9,10 @@ import json
 import asyncpg
 import pytest
 
+from mycelium.errors import Refusal
 from mycelium.ledger import receipts as r
+from mycelium.verbs import NOBODY, verbs_on
+from mycelium.workers.receipts import register, sign_pending
 from tests.ledger.conftest import claim
 
 
@@ -136,11 +139,11 @@ async def test_concurrent_completions_of_one_agent_form_unbroken_chains_one_per_
 async def test_signed_receipts_verify_offline_with_the_public_key_alone(admin_conn, tmp_path):
     keys = r.KeyStore(tmp_path / "keys")
     key = keys.current()
-    await r.register(admin_conn, key)
+    await register(verbs_on(admin_conn), key)
     for rid in await one_lane(admin_conn, 3):
         await completed(admin_conn, rid)
-    assert await r.sign_pending(admin_conn, key) == 3
-    assert await r.sign_pending(admin_conn, key) == 0
+    assert await sign_pending(verbs_on(admin_conn), key) == 3
+    assert await sign_pending(verbs_on(admin_conn), key) == 0
     exported = json.loads(json.dumps(await export(admin_conn), default=str))  # as written to JSONL
     ring = r.load_public_keys(key.public_pem())
     assert r.verify_records(exported, ring) == (3, [])
@@ -161,15 +164,16 @@ async def test_signed_receipts_verify_offline_with_the_public_key_alone(admin_co
 async def test_a_rotated_key_signs_from_then_on_and_old_signatures_stay_valid(admin_conn, tmp_path):
     keys = r.KeyStore(tmp_path / "keys")
     old = keys.current()
-    await r.register(admin_conn, old)
+    await register(verbs_on(admin_conn), old)
     await completed(admin_conn, "a")
-    await r.sign_pending(admin_conn, old)
-    new = await r.rotate(admin_conn, keys)
+    await sign_pending(verbs_on(admin_conn), old)
+    new = keys.rotate()
+    await verbs_on(admin_conn).call(NOBODY, "rotate_receipt_key", key_id=new.key_id, public_key=new.public_bytes)
     assert keys.current().key_id == new.key_id != old.key_id
     await completed(admin_conn, "b")
-    with pytest.raises(asyncpg.PostgresError, match="not registered or retired"):
-        await r.sign_pending(admin_conn, old)
-    await r.sign_pending(admin_conn, new)
+    with pytest.raises(Refusal, match="not registered or retired"):
+        await sign_pending(verbs_on(admin_conn), old)
+    await sign_pending(verbs_on(admin_conn), new)
     rows = json.loads(json.dumps(await export(admin_conn), default=str))
     assert [x["key_id"] for x in rows] == [old.key_id, new.key_id]
     ring = r.load_public_keys(
@@ -215,7 +219,7 @@ async def test_the_audit_views_answer_the_common_questions(admin_conn):
 
 async def test_receipts_signed_out_of_order_leave_exactly_the_unsigned_ones_waiting(admin_conn, tmp_path):
     key = r.KeyStore(tmp_path / "keys").current()
-    await r.register(admin_conn, key)
+    await register(verbs_on(admin_conn), key)
     a_ids = await one_lane(admin_conn, 5, "a")
     for rid in a_ids[:4]:
         await completed(admin_conn, rid)
@@ -236,7 +240,7 @@ async def test_receipts_signed_out_of_order_leave_exactly_the_unsigned_ones_wait
         [key.sign(bytes(hashes[i]).hex()) for i in chosen],
     )
     assert await waiting() == [ids[0], ids[2], ids[4]]
-    assert await r.sign_pending(admin_conn, key) == 3
+    assert await sign_pending(verbs_on(admin_conn), key) == 3
     assert await waiting() == []
     marks = {
         (x["agent_id"], x["lane"]): x["seq"]

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from mycelium.hub import Hub
+from mycelium.verbs import HUB_PROCESS
 from mycelium.workers.loop import STUCK_INTERVALS, Loop, LoopContext, backoff_seconds
 from mycelium.workers.supervisor import LEASE_SECONDS
 from tests.workers.conftest import lock_holders
@@ -122,7 +123,7 @@ async def test_a_once_loop_is_done_after_its_success(make_hub, admin_conn):
 async def test_one_process_leads_and_the_lead_passes_when_it_stops(make_hub, admin_conn):
     async def lead(ctx: LoopContext) -> None:
         while True:
-            await ctx.connection.fetchval("SELECT 1")
+            await ctx.verbs.call(HUB_PROCESS, "next_lease_expiry")  # on the leader's own connection
             ctx.succeeded()
             await asyncio.sleep(0.1)
 

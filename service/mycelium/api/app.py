@@ -23,11 +23,13 @@ from mycelium.api import (
     rooms,
     skills,
     tasks,
+    whoami,
 )
 from mycelium.api.conversations import CONVERSATION_ROUTES
 from mycelium.api.deps import provide_hub
 from mycelium.api.receipts import ReceiptController
 from mycelium.api.transitions import TransitionController
+from mycelium.auth.gate import gate_middleware
 from mycelium.hub import Hub
 from mycelium.settings import Settings, load_settings
 from mycelium.web import ROUTES as WEB_ROUTES
@@ -66,6 +68,7 @@ def create_app(
         *CONVERSATION_ROUTES,
         TransitionController, ReceiptController,
         *config.ROUTES,
+        whoami.whoami,
         *WEB_ROUTES,
     ]
     return Litestar(
@@ -73,6 +76,7 @@ def create_app(
         dependencies={"hub": Provide(provide_hub)},
         exception_handlers=errors.HANDLERS,
         lifespan=[lifespan],
+        middleware=gate_middleware(settings),
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(title="Mycelium hub", version=__version__),
         template_config=template_config(),

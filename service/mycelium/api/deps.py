@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, TypeAlias
 
+from litestar import Request
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.params import QueryParameter
 
+from mycelium.auth.middleware import principal_in
 from mycelium.hub import Hub
 from mycelium.verbs import Verbs, verbs_of
 
@@ -32,8 +34,9 @@ async def provide_hub(state: State) -> Hub:
     return hub
 
 
-async def provide_verbs(state: State) -> Verbs:
-    return verbs_of(state.hub)
+async def provide_verbs(state: State, request: Request[Any, Any, Any]) -> Verbs:
+    """The gateway, carrying the principal the token gate verified for this request (if it is on)."""
+    return verbs_of(state.hub, principal_in(request.scope))
 
 
 VERBS: dict[str, Provide] = {"verbs": Provide(provide_verbs)}

@@ -22,7 +22,7 @@ from litestar import get
 from mycelium import __version__
 from mycelium.api.deps import HubDep
 from mycelium.db import schema
-from mycelium.db.queries import q
+from mycelium.verbs import HUB_PROCESS, verbs_of
 from mycelium.workers.loop import STUCK_INTERVALS
 from mycelium.workers.supervisor import ALIVE_SECONDS
 
@@ -58,17 +58,9 @@ def _deployment(rows: list[Any]) -> tuple[list[dict[str, Any]], dict[str, str]]:
 
 @get("/health")
 async def health(hub: HubDep) -> dict[str, Any]:
-    async with hub.db.acquire() as conn:
-        row = await conn.fetchrow(
-            """
-            SELECT current_setting('server_version') AS postgres,
-                   (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector,
-                   (SELECT id::text FROM mycelium.store) AS store_id,
-                   (SELECT version_num FROM alembic_version LIMIT 1) AS migration,
-                   mycelium.schema_fingerprint() AS schema_fingerprint
-            """
-        )
-        report = await conn.fetch(q("worker_report"), ALIVE_SECONDS)
+    async with verbs_of(hub).transaction(readonly=True) as verbs:
+        row = await verbs.call(HUB_PROCESS, "hub_health")
+        report = await verbs.call(HUB_PROCESS, "worker_report", alive_seconds=ALIVE_SECONDS)
     embedder = hub.embedder
     supervisor = hub.supervisor
     loops = supervisor.report() if supervisor else []

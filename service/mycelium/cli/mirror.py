@@ -43,6 +43,7 @@ def _export(args: argparse.Namespace) -> int:
     from mycelium.db.migrate import current_revision
     from mycelium.db.pool import setup_connection
     from mycelium.mirror.follower import export_all
+    from mycelium.verbs import verbs_on
 
     where = environment.data_dir(args.data_dir)
     if not where.path.is_dir():
@@ -54,7 +55,7 @@ def _export(args: argparse.Namespace) -> int:
         conn = await asyncpg.connect(dsn)
         try:
             await setup_connection(conn)
-            return await export_all(conn, where.path)
+            return await export_all(verbs_on(conn), where.path)
         finally:
             await conn.close()
 

@@ -6,9 +6,10 @@ is the query. Names are global across files and must be unique.
 A query names its parameters (``:room``, ``:key``; ``::`` stays a cast, and nothing inside a string,
 a quoted name or a comment is a parameter); they become ``$1``, ``$2``… in the order they first
 appear. A ``-- returns: row | rows | value | none`` line in the query says what a call gives back
-(default ``rows``). The verb gateway (``mycelium.verbs``) calls queries by name with named
-parameters; callers outside it (the background loops, the SDK's store) take the positional text from
-:func:`q` and pass the parameters in that order.
+(default ``rows``). A ``-- needs: operator`` line marks an administrative verb: with the token gate
+on, the gateway lets only an operator call it. Every caller reaches them through the verb gateway
+(``mycelium.verbs``), by name with named parameters (the SDK's store binds them with the gateway's
+``bind`` on its own connections).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ Returns = Literal["row", "rows", "value", "none"]
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _RETURNS = re.compile(r"^--\s*returns:\s*(\w+)\s*$", re.MULTILINE)
+_NEEDS = re.compile(r"^--\s*needs:\s*(\w+)\s*$", re.MULTILINE)
 # what may hold a colon that is not a parameter, then a parameter
 _TOKENS = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|::|:([a-z_][a-z0-9_]*)""")
 
@@ -36,6 +38,8 @@ class Query:
     params: tuple[str, ...]
     """The named parameters, in positional order (empty for a query written with ``$n``)."""
     returns: Returns
+    needs: Literal["operator"] | None = None
+    """The role a principal needs to call it when the token gate is on (None: any admitted one)."""
 
 
 def compile_query(name: str, text: str) -> Query:
@@ -44,6 +48,10 @@ def compile_query(name: str, text: str) -> Query:
     returns = found.group(1) if found else "rows"
     if returns not in ("row", "rows", "value", "none"):
         raise RuntimeError(f"query {name!r}: returns {returns!r} is not row, rows, value or none")
+    needed = _NEEDS.search(text)
+    needs = needed.group(1) if needed else None
+    if needs not in (None, "operator"):
+        raise RuntimeError(f"query {name!r}: needs {needs!r} is not operator")
     params: list[str] = []
 
     def number(match: re.Match[str]) -> str:
@@ -57,7 +65,7 @@ def compile_query(name: str, text: str) -> Query:
     sql = _TOKENS.sub(number, text)
     if params and re.search(r"\$\d", _TOKENS.sub("", text)):
         raise RuntimeError(f"query {name!r} mixes named and numbered parameters")
-    return Query(name, sql, tuple(params), returns)  # type: ignore[arg-type]
+    return Query(name, sql, tuple(params), returns, needs)  # type: ignore[arg-type]
 
 
 @cache
@@ -81,8 +89,3 @@ def query(name: str) -> Query:
         return _load()[name]
     except KeyError:
         raise KeyError(f"no query named {name!r} in sql/queries") from None
-
-
-def q(name: str) -> str:
-    """The SQL of the named query, with positional parameters."""
-    return query(name).sql

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import asyncpg
 import msgspec
 
-from mycelium.db.queries import q
+from mycelium.db.queries import query
 from mycelium.errors import refusal_from_db
 from mycelium.ledger.bridge import LoopThread
 from mycelium.ledger.connections import ConnectionSet
@@ -36,6 +36,8 @@ from mycelium.ledger.errors import (
     ledger_error,
 )
 from mycelium.ledger.record import Claim, ClaimRequest, Transition
+from mycelium.verbs.actor import NOBODY, Actor
+from mycelium.verbs.gateway import bind
 
 T = TypeVar("T")
 
@@ -191,27 +193,31 @@ class PostgresLedgerStorage:
                 self._conns[loop] = conns
         return conns
 
-    async def _row(self, query: str, *args: Any) -> Any:
+    async def _row(self, verb: str, actor: Actor = NOBODY, /, **params: Any) -> Any:
+        """One verb through the gateway's binding (named parameters, the declared actor), on this
+        store's connections."""
+        q = query(verb)
+        args = bind(q, actor, False, params)
         conns = await self.connections()
         try:
-            return await conns.fetchrow(q(query), *args)
+            return await conns.fetchrow(q.sql, *args)
         except LedgerError:
             raise
         except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError,
                 ConnectionError, TimeoutError) as exc:
             raise translate(exc) from exc
 
-    async def _transition(self, query: str, *args: Any) -> Transition:
-        return as_transition(await self._row(query, *args))
+    async def _transition(self, verb: str, **params: Any) -> Transition:
+        return as_transition(await self._row(verb, **params))
 
     # -- the verbs ---------------------------------------------------------------------------------
 
     async def claim(self, request: ClaimRequest, *, with_row: bool = True) -> Claim:
         if with_row:
-            row = await self._row("claim_transition", *request.params())
+            row = await self._row("claim_transition", **request.named())
             return Claim(row["gate"], row["action"], row["repaired"], as_transition(row))
         # the row's 46 columns cost both sides more than the verb's own statements do; run needs none
-        row = await self._row("claim_transition_lean", *request.params())
+        row = await self._row("claim_transition_lean", **request.named())
         found = row["transition"]
         return Claim(
             row["gate"], row["action"], row["repaired"], None if found is None else as_transition(found),
@@ -219,36 +225,44 @@ class PostgresLedgerStorage:
         )
 
     async def renew_lease(self, request_id: str, owner: str, fence: int, lease_ttl: float) -> Transition:
-        return await self._transition("renew_lease", request_id, owner, fence, lease_ttl)
+        return await self._transition("renew_lease", request_id=request_id, owner=owner, fence=fence,
+                                      lease_ttl=lease_ttl)
 
     async def advance_boundary(self, request_id: str, owner: str, fence: int, boundary: str) -> Transition:
-        return await self._transition("advance_boundary", request_id, owner, fence, boundary)
+        return await self._transition("advance_boundary", request_id=request_id, owner=owner, fence=fence,
+                                      boundary=boundary)
 
     async def record_external_operation(
         self, request_id: str, owner: str, fence: int, ref: str
     ) -> Transition:
-        return await self._transition("record_external_operation", request_id, owner, fence, ref)
+        return await self._transition("record_external_operation", request_id=request_id, owner=owner,
+                                      fence=fence, ref=ref)
 
     async def complete(self, request_id: str, owner: str, fence: int, result: Any) -> None:
         # the JSON text goes once: the database parses it into the jsonb and keeps it as the text
         text = None if result is None else _encode_json(result)
-        await self._row("complete_transition_ack", request_id, owner, fence, text)
+        await self._row("complete_transition_ack", request_id=request_id, owner=owner, fence=fence,
+                        result=text)
 
     async def fail(
         self, request_id: str, owner: str, fence: int, error: str | None, after_effect: bool | None = None
     ) -> Transition:
-        return await self._transition("fail_transition", request_id, owner, fence, error, after_effect)
+        return await self._transition("fail_transition", request_id=request_id, owner=owner, fence=fence,
+                                      error=error, after_effect=after_effect)
 
     async def mark_unknown(self, request_id: str, owner: str, fence: int, error: str | None) -> Transition:
-        return await self._transition("mark_unknown", request_id, owner, fence, error)
+        return await self._transition("mark_unknown", request_id=request_id, owner=owner, fence=fence,
+                                      error=error)
 
     async def mark_blocked(self, request_id: str, owner: str, fence: int, error: str | None) -> Transition:
-        return await self._transition("mark_blocked", request_id, owner, fence, error)
+        return await self._transition("mark_blocked", request_id=request_id, owner=owner, fence=fence,
+                                      error=error)
 
     async def apply_reconcile_result(
         self, request_id: str, fence: int, status: str, result: Any, by: str | None
     ) -> Transition:
-        return await self._transition("apply_reconcile_result", request_id, fence, status, result, by)
+        return await self._transition("apply_reconcile_result", request_id=request_id, fence=fence,
+                                      status=status, result=result, by=by)
 
     async def release(
         self,
@@ -259,13 +273,14 @@ class PostgresLedgerStorage:
         result: Any = None,
         expected_fence: int | None = None,
     ) -> Transition:
-        # no actor declared (the hub's gateway declares one): the verb takes ``by`` as the releaser
-        return await self._transition(
-            "release_transition", request_id, None, None, verified, by, reason, result, expected_fence
-        )
+        # the releaser is the actor: an operator's verb
+        return as_transition(await self._row(
+            "release_transition", Actor.declared(by, "operator"), request_id=request_id, verified=verified,
+            by=by, reason=reason, result=result, expected_fence=expected_fence,
+        ))
 
     async def get(self, request_id: str) -> Transition | None:
-        row = await self._row("get_transition", request_id)
+        row = await self._row("get_transition", request_id=request_id)
         return None if row is None else as_transition(row)
 
     # -- lifecycle ---------------------------------------------------------------------------------

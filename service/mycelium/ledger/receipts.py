@@ -9,7 +9,6 @@ recomputes each hash, follows each chain (one per agent and lane) and checks eac
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -18,12 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-
-from mycelium.db.queries import q
 
 PREIMAGE_HEADER = "mycelium.receipt/v2"
 # The order is part of the format (sql/receipts.sql, receipt_preimage).
@@ -146,36 +142,6 @@ class KeyStore:
         if not isinstance(private, Ed25519PrivateKey):
             raise ValueError(f"receipt key {key_id} is not an Ed25519 key")
         return ReceiptKey(key_id, private)
-
-
-# -- signing (the hub) -----------------------------------------------------------------------------
-
-
-async def register(db: asyncpg.Pool | asyncpg.Connection, key: ReceiptKey) -> None:
-    await db.fetchrow(q("register_receipt_key"), key.key_id, key.public_bytes)
-
-
-async def sign_pending(db: asyncpg.Pool | asyncpg.Connection, key: ReceiptKey, batch: int = 500) -> int:
-    """Sign every receipt still waiting; returns how many were signed."""
-    total = 0
-    while True:
-        rows = await db.fetch(q("unsigned_receipts"), batch)
-        if not rows:
-            return total
-        ids = [r["id"] for r in rows]
-        signatures = [key.sign(bytes(r["hash"]).hex()) for r in rows]
-        await db.fetchval(q("sign_receipts"), key.key_id, ids, signatures)
-        total += len(rows)
-        if len(rows) < batch:
-            return total
-
-
-async def rotate(db: asyncpg.Pool, store: KeyStore) -> ReceiptKey:
-    """A new hub key: registered, and every other key retired (their signatures stay valid)."""
-    key = await asyncio.to_thread(store.rotate)
-    await register(db, key)
-    await db.fetch(q("retire_receipt_keys"), key.key_id)
-    return key
 
 
 # -- verification (anyone, offline) ----------------------------------------------------------------

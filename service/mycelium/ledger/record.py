@@ -122,9 +122,9 @@ class ClaimRequest:
     defer_read_unknown: bool = False
     presumed_dead_after: float | None = None
 
-    def params(self) -> list[Any]:
-        """Positional parameters, in claim_transition's order."""
-        return [getattr(self, name) for name in _CLAIM_FIELDS]
+    def named(self) -> dict[str, Any]:
+        """claim_transition's parameters, by name."""
+        return {name: getattr(self, name) for name in _CLAIM_FIELDS}
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -21,11 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncpg
-
-from mycelium.db.queries import q
 from mycelium.mirror.files import memory_path, remove_file, remove_room, write_if_changed
 from mycelium.mirror.render import render_memory
+from mycelium.verbs import HUB_PROCESS, Verbs
 
 FOLLOWER = "markdown-mirror"
 BATCH = 500
@@ -81,16 +79,16 @@ def _attempt(result: Applied, unwritable: Unwritable, room: str, key: str | None
     return done
 
 
-async def apply_pending(conn: asyncpg.Connection, root: Path, name: str = FOLLOWER,
+async def apply_pending(verbs: Verbs, root: Path, name: str = FOLLOWER,
                         batch: int = BATCH, unwritable: Unwritable | None = None) -> Applied:
     """Apply every change that is final and after this follower's position; store the new position.
     Files that cannot be written are skipped, listed in the result and kept in ``unwritable``."""
     result = Applied()
     unwritable = Unwritable() if unwritable is None else unwritable
-    pos = await conn.fetchrow(q("follower_position"), name)
+    pos = await verbs.call(HUB_PROCESS, "follower_position", name=name)
     tx, seq = int(pos["tx"]), pos["seq"]
     while True:
-        rows = await conn.fetch(q("pending_changes"), tx, seq, batch)
+        rows = await verbs.call(HUB_PROCESS, "pending_changes", tx=tx, seq=seq, batch=batch)
         if not rows:
             return result
         last: dict[tuple[str, str | None], str] = {}
@@ -111,7 +109,8 @@ async def apply_pending(conn: asyncpg.Connection, root: Path, name: str = FOLLOW
             else:
                 upserts.setdefault(room, []).append(key or "")
         for room, keys in upserts.items():
-            current = {m["key"]: m for m in await conn.fetch(q("memories_for_export"), room, keys)}
+            current = {m["key"]: m for m in await verbs.call(HUB_PROCESS, "memories_for_export", room=room,
+                                                             keys=keys)}
             for key in keys:
                 path = memory_path(root, room, key)
                 if key in current:
@@ -121,22 +120,23 @@ async def apply_pending(conn: asyncpg.Connection, root: Path, name: str = FOLLOW
                 elif _attempt(result, unwritable, room, key, remove_file, root, path):
                     result.removed += 1  # deleted again since: follow the row
         tx, seq = int(rows[-1]["tx"]), rows[-1]["seq"]
-        await conn.execute(q("advance_follower"), name, tx, seq)
+        await verbs.call(HUB_PROCESS, "advance_follower", name=name, tx=tx, seq=seq)
         result.changes += len(rows)
 
 
-async def export_all(conn: asyncpg.Connection, root: Path) -> Applied:
+async def export_all(verbs: Verbs, root: Path) -> Applied:
     """Rebuild the mirror from scratch: every memory written, every stray file removed (a file that
     cannot be written is listed in the result, and the rest are written)."""
     result = Applied()
     unwritable = Unwritable()
     wanted: set[Path] = set()
-    by_room: dict[str, list[str]] = {r["name"]: [] for r in await conn.fetch(q("all_rooms"))}
-    for r in await conn.fetch(q("all_memory_keys")):
+    by_room: dict[str, list[str]] = {r["name"]: [] for r in await verbs.call(HUB_PROCESS, "all_rooms")}
+    for r in await verbs.call(HUB_PROCESS, "all_memory_keys"):
         by_room[r["room"]].append(r["key"])
     for room, keys in by_room.items():
         for start in range(0, len(keys), BATCH):
-            for m in await conn.fetch(q("memories_for_export"), room, keys[start:start + BATCH]):
+            for m in await verbs.call(HUB_PROCESS, "memories_for_export", room=room,
+                                      keys=keys[start:start + BATCH]):
                 path = memory_path(root, room, m["key"])
                 wanted.add(path)
                 if _attempt(result, unwritable, room, m["key"], write_if_changed, path, render_memory(m)):

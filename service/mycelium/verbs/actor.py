@@ -11,6 +11,22 @@ from typing import Literal, NamedTuple
 
 Kind = Literal["person", "agent", "engine", "operator"]
 KINDS: tuple[Kind, ...] = ("person", "agent", "engine", "operator")
+Role = Literal["agent", "operator", "viewer"]
+ROLES: tuple[Role, ...] = ("agent", "operator", "viewer")
+
+
+class Principal(NamedTuple):
+    """Who a verified token says the caller is (the token gate; see mycelium.auth)."""
+
+    handle: str
+    """The handle it acts as."""
+    role: Role
+    """``agent``: acts as its own handle; ``operator``: may act for others and call the
+    administrative verbs; ``viewer``: reads only."""
+    subject: str
+    """The token's ``sub`` (or the handle, when the token has none)."""
+    issuer: str
+    expires_at: int | None = None
 
 
 class Actor(NamedTuple):
@@ -35,3 +51,6 @@ class Actor(NamedTuple):
 
 
 NOBODY = Actor(None)
+HUB_PROCESS = Actor(None, "operator", "hub")
+"""The hub's own work (its background loops, heartbeats, health and commands run on the database):
+no handle is declared, and what it writes names its author itself (``system``, ``env``)."""

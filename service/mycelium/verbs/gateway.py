@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from mycelium.db.queries import Query, query
-from mycelium.errors import refusal_from_db
-from mycelium.verbs.actor import Actor
+from mycelium.errors import Refusal, refusal_from_db
+from mycelium.verbs.actor import Actor, Principal
 
 if TYPE_CHECKING:
     from mycelium.hub import Hub
@@ -82,6 +82,31 @@ async def run(db: Runner, q: Query, args: list[Any]) -> Any:
         raise refusal from exc
 
 
+def admit(principal: Principal | None, q: Query, actor: Actor) -> Actor:
+    """The actor a call runs as once the token gate has verified ``principal`` (None: the gate is
+    off, and the declared actor is taken as it is). An operator may act for the handle the request
+    declares and call the administrative verbs (``-- needs: operator``); anyone else acts as their
+    own handle (so a write naming another author is refused by the database's author rule, 403
+    ``actor_mismatch``), and a viewer calls no verb that writes."""
+    if principal is None:
+        return actor
+    if q.needs == "operator" and principal.role != "operator":
+        raise Refusal(403, "operator_only", f"{q.name} is an operator's verb; @{principal.handle} is "
+                      f"{'a viewer' if principal.role == 'viewer' else 'an agent'}",
+                      {"verb": q.name, "role": principal.role})
+    if "actor" not in q.params:
+        return actor  # a read, or a verb fenced otherwise (a transition by its lease's owner)
+    if principal.role == "viewer":
+        raise Refusal(403, "read_only", f"@{principal.handle} is a viewer and may only read",
+                      {"verb": q.name, "role": "viewer"})
+    if principal.role == "operator":
+        if actor.handle is None:
+            return Actor(principal.handle, "operator", principal.subject)
+        return Actor(actor.handle, actor.kind, principal.subject)
+    kind = actor.kind if actor.handle is not None and actor.kind in ("person", "agent") else "agent"
+    return Actor(principal.handle, kind, principal.subject)
+
+
 def hints_of(q: Query, result: Any) -> str | None:
     """The wake hints a write returned (every row carries all of them), if it is a hinted one."""
     if "defer_wakes" not in q.params or not result:
@@ -92,19 +117,22 @@ def hints_of(q: Query, result: Any) -> str | None:
 
 
 class Verbs:
-    """The verbs on one pool; ``hint`` sends wake hints after the commit (None: let the triggers
-    NOTIFY)."""
+    """The verbs on a pool, or on one connection (a loop's own, which may hold a session lock);
+    ``hint`` sends wake hints after the commit (None: let the triggers NOTIFY)."""
 
-    __slots__ = ("_hint", "_pool")
+    __slots__ = ("_db", "_hint", "principal")
 
-    def __init__(self, pool: asyncpg.Pool, hint: Hint | None = None) -> None:
-        self._pool = pool
+    def __init__(self, db: Runner, hint: Hint | None = None, principal: Principal | None = None) -> None:
+        self._db = db
         self._hint = hint
+        self.principal = principal
+        """Who a verified token says is asking (None: the gate is off, or the hub's own work)."""
 
     async def call(self, actor: Actor, verb: str, /, **params: Any) -> Any:
         """Call ``verb`` as ``actor``: a row (or None), rows, a value or None, as the verb returns."""
         q = query(verb)
-        result = await run(self._pool, q, bind(q, actor, self._hint is not None, params))
+        actor = admit(self.principal, q, actor)
+        result = await run(self._db, q, bind(q, actor, self._hint is not None, params))
         if self._hint is not None:
             hints = hints_of(q, result)
             if hints:
@@ -116,8 +144,8 @@ class Verbs:
                           ) -> AsyncIterator[Session]:
         """Several calls in one transaction on one connection; their hints are sent after it
         commits (a refusal rolls it all back and sends nothing)."""
-        async with self._pool.acquire() as conn:
-            session = Session(conn, defer=self._hint is not None, readonly=readonly)
+        async with _connection(self._db) as conn:
+            session = Session(conn, defer=self._hint is not None, readonly=readonly, principal=self.principal)
             kwargs: dict[str, Any] = {"readonly": readonly}
             if isolation is not None:
                 kwargs["isolation"] = isolation
@@ -128,19 +156,32 @@ class Verbs:
                 self._hint(hints)
 
 
+@asynccontextmanager
+async def _connection(db: Runner) -> AsyncIterator[asyncpg.Connection]:
+    """A connection of the pool for the block, or the one connection the verbs run on."""
+    if isinstance(db, asyncpg.Connection):
+        yield db
+        return
+    async with db.acquire() as conn:
+        yield conn
+
+
 class Session:
     """Calls inside one transaction (see :meth:`Verbs.transaction`)."""
 
-    __slots__ = ("_conn", "_defer", "_readonly", "hints")
+    __slots__ = ("_conn", "_defer", "_readonly", "hints", "principal")
 
-    def __init__(self, conn: asyncpg.Connection, *, defer: bool, readonly: bool) -> None:
+    def __init__(self, conn: asyncpg.Connection, *, defer: bool, readonly: bool,
+                 principal: Principal | None = None) -> None:
         self._conn = conn
         self._defer = defer
         self._readonly = readonly
+        self.principal = principal
         self.hints: list[str] = []
 
     async def call(self, actor: Actor, verb: str, /, **params: Any) -> Any:
         q = query(verb)
+        actor = admit(self.principal, q, actor)
         result = await run(self._conn, q, bind(q, actor, self._defer, params))
         hints = hints_of(q, result)
         if hints:
@@ -159,7 +200,14 @@ def _composed(sql: str) -> Query:
     return Query("(composed)", sql, (), "rows")
 
 
-def verbs_of(hub: Hub) -> Verbs:
-    """The gateway of a started hub: its pool, and its listener to send the hints."""
+def verbs_of(hub: Hub, principal: Principal | None = None) -> Verbs:
+    """The gateway of a started hub: its pool, its listener to send the hints, and the principal a
+    verified token names (a request through the token gate)."""
     listener = hub.listener
-    return Verbs(hub.db, listener.hint if listener is not None else None)
+    return Verbs(hub.db, listener.hint if listener is not None else None, principal)
+
+
+def verbs_on(conn: asyncpg.Connection) -> Verbs:
+    """The gateway on one connection (a background loop's own, a command's): its writes' triggers
+    send their wake hints themselves."""
+    return Verbs(conn)

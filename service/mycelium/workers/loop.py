@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from mycelium.verbs.gateway import Verbs, verbs_of, verbs_on
+
 if TYPE_CHECKING:
     import asyncpg
 
@@ -164,7 +166,7 @@ class LoopContext:
         self.status.succeeded()
 
     @property
-    def connection(self) -> asyncpg.Connection:
-        if self.conn is None:
-            raise RuntimeError(f"loop {self.status.name} has no connection of its own")
-        return self.conn
+    def verbs(self) -> Verbs:
+        """The verbs on the loop's own connection if it has one (a leader's lock is held there),
+        else on the hub's pool."""
+        return verbs_of(self.hub) if self.conn is None else verbs_on(self.conn)

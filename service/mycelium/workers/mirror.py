@@ -28,7 +28,7 @@ async def follow_changes(ctx: LoopContext) -> None:
     try:
         while True:
             wake.clear()
-            await apply_pending(ctx.connection, root, unwritable=unwritable)
+            await apply_pending(ctx.verbs, root, unwritable=unwritable)
             ctx.succeeded()
             ctx.status.warn(unwritable.summary())  # None once every file is written after all
             with contextlib.suppress(TimeoutError):

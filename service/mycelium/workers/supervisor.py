@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import asyncpg
 
 from mycelium.db.pool import setup_connection
-from mycelium.db.queries import q
+from mycelium.verbs import HUB_PROCESS, verbs_of, verbs_on
 from mycelium.workers.loop import Loop, LoopContext, LoopStatus, backoff_seconds, now
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class Supervisor:
         for status in self.statuses.values():
             status.stopped()
         try:
-            await self.hub.db.fetchval(q("stop_worker"), self.worker_id)
+            await verbs_of(self.hub).call(HUB_PROCESS, "stop_worker", worker_id=self.worker_id)
         except Exception as exc:  # the database is gone: the rows go stale instead
             log.warning("could not mark worker %s stopped: %s", self.worker_id, exc)
 
@@ -111,7 +111,8 @@ class Supervisor:
                 if loop.lead or loop.connection:
                     conn = await self._connect(loop.name)
                 if loop.lead:
-                    while not await conn.fetchval(q("try_lead"), loop.lead):  # type: ignore[union-attr]
+                    assert conn is not None
+                    while not await verbs_on(conn).call(HUB_PROCESS, "try_lead", lock=loop.lead):
                         status.waiting()
                         await asyncio.sleep(LEADER_RETRY_SECONDS)
                     log.info("%s: this process leads (worker %s)", loop.name, self.worker_id)
@@ -155,8 +156,9 @@ class Supervisor:
         return [s.report() for s in self.statuses.values()]
 
     async def beat(self) -> None:
-        await self.hub.db.fetchval(q("beat_worker"), self.worker_id, self.kind, self.host, self.pid,
-                                   self.started_at, self.report())
+        await verbs_of(self.hub).call(HUB_PROCESS, "beat_worker", worker_id=self.worker_id, kind=self.kind,
+                                      host=self.host, pid=self.pid, started_at=self.started_at,
+                                      loops=self.report())
         self.heartbeat_at = now()
 
     async def _beat_forever(self) -> None:
@@ -166,7 +168,7 @@ class Supervisor:
             try:
                 await self.beat()
                 if beats % max(1, round(60 / HEARTBEAT_SECONDS)) == 0:
-                    await self.hub.db.fetchval(q("forget_stale_workers"), FORGET_SECONDS)
+                    await verbs_of(self.hub).call(HUB_PROCESS, "forget_stale_workers", seconds=FORGET_SECONDS)
                 self.heartbeat_error = None
             except Exception as exc:
                 self.heartbeat_error = f"{type(exc).__name__}: {exc}"

@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-import asyncpg
-
-from mycelium.db.queries import q
+from mycelium.verbs import HUB_PROCESS, Verbs, verbs_of
 from mycelium.workers.loop import Loop, LoopContext
 
 if TYPE_CHECKING:
@@ -26,20 +24,20 @@ BATCH = 500
 IDLE_MAX = 5.0
 
 
-async def sweep_once(db: asyncpg.Pool | asyncpg.Connection, batch: int = BATCH) -> list[tuple[str, str]]:
+async def sweep_once(verbs: Verbs, batch: int = BATCH) -> list[tuple[str, str]]:
     """One sweep; the (room, key) of every lease it announced (none if another sweep holds the lock)."""
-    rows = await db.fetch(q("sweep_expired_leases"), batch)
+    rows = await verbs.call(HUB_PROCESS, "sweep_expired_leases", batch=batch)
     return [(r["room"], r["key"]) for r in rows]
 
 
 async def sweep_leases(ctx: LoopContext) -> None:
-    conn = ctx.connection
+    verbs = ctx.verbs
     while True:
-        announced = await sweep_once(conn)
+        announced = await sweep_once(verbs)
         ctx.succeeded()
         if len(announced) == BATCH:
             continue
-        due = await conn.fetchval(q("next_lease_expiry"))
+        due = await verbs.call(HUB_PROCESS, "next_lease_expiry")
         await asyncio.sleep(IDLE_MAX if due is None else min(max(due, 0.05), IDLE_MAX))
 
 
@@ -47,7 +45,7 @@ async def apply_board_settings(hub: Hub) -> None:
     """Write the environment's dependency gate (if it sets one) as the hub-wide setting."""
     gate = hub.settings.board_dependency_gate
     if gate is not None:
-        await hub.db.fetchval(q("set_dependency_gate"), gate, "", "env")
+        await verbs_of(hub).call(HUB_PROCESS, "write_dependency_gate", enabled=gate, room="", handle="env")
 
 
 async def apply_settings(ctx: LoopContext) -> None:
