@@ -242,6 +242,13 @@ async def test_transitions_list_one_transition_with_its_receipts_and_an_operator
     assert shown["resolved_by"] == "op" and shown["resolution_reason"] == "checked the provider"
     r = await client.get("/transitions/req-1")
     assert "checked the provider" in r.text and "Release it" not in r.text
+    assert "released" in (await client.get("/transitions?outcome=released")).text
+    assert "req-1" in (await client.get("/transitions?outcome=released")).text
+    assert "req-1" not in (await client.get("/transitions?outcome=IN_FLIGHT")).text
+    receipts = (await client.get("/transitions/req-1")).text.split('id="receipts-title"')[1]
+    assert "No receipt yet" not in receipts
+    r = await client.get("/receipts")
+    assert r.status_code == 200 and ">shop</a>" in r.text and "verified" in r.text
 
 
 async def test_static_files_are_served_and_pages_name_no_other_host(client):

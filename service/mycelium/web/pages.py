@@ -1,4 +1,4 @@
-"""The pages a person reads: rooms, a room, a task, memories, search, transitions. Each is one or a
+"""The pages a person reads about rooms: the rooms, a room, a task, memories, search. Each is one or a
 few verb calls (``reads``) rendered by a template; the room's parts are also served alone, for the
 page's script to refresh them when the stream says the room moved."""
 
@@ -18,12 +18,9 @@ from mycelium.verbs import NOBODY, Actor
 from mycelium.verbs.memories import memory_history, memory_read
 from mycelium.verbs.messages import message_read
 from mycelium.verbs.rooms import room_read
-from mycelium.verbs.transitions import export_row, row_json
 from mycelium.web import reads, views
 
 HANDLE_COOKIE = "mycelium_handle"
-OUTCOMES = ("IN_FLIGHT", "BLOCKED", "UNKNOWN", "EXPIRED", "COMPLETED", "FAILED_BEFORE_EFFECT",
-            "FAILED_AFTER_EFFECT")
 
 
 def handle_of(request: Request[Any, Any, Any]) -> str:
@@ -137,42 +134,4 @@ async def search_page(
     return page("search.html", request, room=the_room, now=now, q=q, what=what, result=result, found=found)
 
 
-@get("/transitions")
-async def transitions(
-    request: Request[Any, Any, Any], verbs: VerbsDep, outcome: FromQuery[str | None] = None,
-    agent: FromQuery[str | None] = None,
-) -> Template:
-    if outcome is not None and outcome not in OUTCOMES:
-        raise Refusal(422, "invalid_request", f"outcome: {outcome!r} is not one of {', '.join(OUTCOMES)}",
-                      {"field": "outcome"})
-    rows = await verbs.call(NOBODY, "list_transitions", stuck=None, agent=agent or None, outcome=outcome,
-                            tool=None, limit=200)
-    chains = [dict(r.items()) for r in await verbs.call(NOBODY, "verify_receipt_chain", agent=agent or None)]
-    return page("transitions.html", request, transitions=[row_json(r) for r in rows], outcome=outcome,
-                agent=agent or "", outcomes=OUTCOMES, chain_problems=chains)
-
-
-@get("/transitions/{request_id:path}")
-async def transition(request: Request[Any, Any, Any], verbs: VerbsDep, request_id: FromPath[str]) -> Template:
-    request_id = request_id.lstrip("/")
-    row = await verbs.call(NOBODY, "get_transition", request_id=request_id)
-    if row is None:
-        raise Refusal(404, "transition_not_found", f"no transition {request_id!r}",
-                      {"request_id": request_id})
-    shown = row_json(row)
-    receipts: list[dict[str, Any]] = []
-    after = 0
-    while True:
-        batch = await verbs.call(NOBODY, "export_receipts", since=None, agent=shown["agent_id"], after=after,
-                                 limit=5000)
-        if not batch:
-            break
-        after = batch[-1]["id"]
-        receipts += [export_row(r) for r in batch if r["request_id"] == request_id]
-    chain = [dict(r.items())
-             for r in await verbs.call(NOBODY, "verify_receipt_chain", agent=shown["agent_id"])]
-    return page("transition.html", request, t=shown, receipts=receipts, chain_problems=chain)
-
-
-ROUTES: list[Any] = [rooms, room, room_parts, task, task_part, memories, memory, search_page, transitions,
-                     transition]
+ROUTES: list[Any] = [rooms, room, room_parts, task, task_part, memories, memory, search_page]

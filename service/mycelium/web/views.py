@@ -211,3 +211,29 @@ def version_diff(old: str, new: str, old_label: str, new_label: str) -> list[tup
         else:
             out.append(("same", line))
     return out
+
+
+@dataclass
+class Chain:
+    """One agent's lane of receipts, as the verification sees it."""
+
+    agent: str
+    lane: int
+    receipts: int = 0
+    head: int = 0
+    signed: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def chains(receipts: Iterable[dict[str, Any]], problems: Iterable[dict[str, Any]]) -> list[Chain]:
+    """The chains (agent, lane) of ``receipts`` with the verification's ``problems`` on each."""
+    found: dict[tuple[str, int], Chain] = {}
+    for r in receipts:
+        chain = found.setdefault((r["agent_id"], r["lane"]), Chain(r["agent_id"], r["lane"]))
+        chain.receipts += 1
+        chain.head = max(chain.head, r["seq"])
+        chain.signed += 1 if r["signature"] else 0
+    for p in problems:
+        chain = found.setdefault((p["agent_id"], p["lane"]), Chain(p["agent_id"], p["lane"]))
+        chain.problems.append(f"seq {p['seq']}: {p['problem']}")
+    return sorted(found.values(), key=lambda c: (c.agent, c.lane))
