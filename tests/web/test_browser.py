@@ -189,3 +189,31 @@ async def test_a_task_page_follows_its_thread_live_from_another_replica(browser,
         await context.close()
     finally:
         other.stop()
+
+
+async def test_the_composer_completes_commands_and_memory_links(browser, hub_url):
+    httpx.post(f"{hub_url}/api/rooms", json={"name": "atlas"}).raise_for_status()
+    row = httpx.post(f"{hub_url}/api/rooms/atlas/tasks", json={"title": "Pick me", "handle": "ana"}).json()
+    httpx.post(f"{hub_url}/api/rooms/atlas/memory", json={"items": [
+        {"key": "notes/passkeys", "value": "how passkeys work", "created_by": "ana"}]}).raise_for_status()
+    context, page, foreign, dialogs, errors = await open_page(browser, hub_url)
+    await page.goto(f"{hub_url}/room/atlas/task/{row['key']}")
+    await page.fill(".composer input[name=handle]", "ana")
+    area = page.locator(".composer textarea")
+    await area.click()
+    await area.type("/cl")
+    await expect(page.locator(".suggest li").first).to_contain_text("/claim")
+    await area.press("Enter")
+    assert await area.input_value() == "/claim"
+    await page.click(".composer button[type=submit]")
+    await expect(page.locator("[data-part=row]")).to_contain_text("held by @ana", timeout=LIVE)
+    await expect(area).to_have_value("")
+    await area.type("see [[pass")
+    await expect(page.locator(".suggest li").first).to_have_text("notes/passkeys")
+    await area.press("Tab")
+    assert await area.input_value() == "see [[notes/passkeys]] "
+    await page.click(".composer button[type=submit]")
+    link = page.locator("[data-part=thread] .line.msg a", has_text="notes/passkeys")
+    await expect(link).to_have_attribute("href", "/room/atlas/memory/notes/passkeys", timeout=LIVE)
+    assert foreign == [] and dialogs == [] and errors == []
+    await context.close()

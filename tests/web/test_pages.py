@@ -272,3 +272,23 @@ async def test_a_board_column_shows_its_first_rows_and_how_many_more(client):
     assert (await client.get("/room/atlas", params={"rows": 0})).status_code == 422
     parts = await client.get("/room/atlas/parts", params={"rows": 2})
     assert parts.status_code == 200 and parts.text.count('data-part=') == 3
+
+
+async def test_composer_commands_act_on_the_row_and_other_slashes_are_text(client):
+    await client.post("/api/rooms", json={"name": "atlas"})
+    row = (await client.post("/api/rooms/atlas/tasks", json={"title": "Do it", "handle": "ana"})).json()
+    short = row["episode"].rsplit(":", 1)[-1]
+    post = lambda **form: client.post("/room/atlas/messages", data=form, follow_redirects=False)  # noqa: E731
+    assert (await post(handle="nova", content="/claim", episode=short)).status_code == 303
+    assert (await client.get("/api/rooms/atlas/tasks/work/do-it")).json()["owner"] == "nova"
+    assert (await post(handle="nova", content="/release back to the pool", episode=short)).status_code == 303
+    lease = (await client.get("/api/rooms/atlas/assignments/work/do-it")).json()
+    assert lease["assignment"] == "released" and lease["assignment_note"] == "back to the pool"
+    assert (await post(handle="ana", content="/resolve work/do-it")).status_code == 303
+    assert (await client.get("/api/rooms/atlas/tasks/work/do-it")).json()["assignment"] == "resolved"
+    refused = await post(handle="ana", content="/resolve")
+    assert refused.status_code == 422 and "names a row" in refused.text
+    assert (await post(handle="ana", content="/claim work/none")).status_code == 404
+    assert (await post(handle="ana", content="/usr/bin is where it lives")).status_code == 303
+    said = [m["content"] for m in (await client.get("/api/rooms/atlas/messages")).json()]
+    assert said == ["/usr/bin is where it lives"]

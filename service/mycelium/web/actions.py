@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from mycelium.api.deps import HubDep, VerbsDep
 from mycelium.errors import Refusal
-from mycelium.verbs import NOBODY, Actor
+from mycelium.verbs import NOBODY, Actor, Verbs
 from mycelium.verbs.board import ClaimBody, ReleaseBody, ResolveBody, TaskCreate
 from mycelium.verbs.memories import MemoryCreate, memory_history, text_to_embed, write_params
 from mycelium.verbs.messages import MessageCreate
@@ -81,13 +81,53 @@ async def create_room(request: Request[Any, Any, Any], verbs: VerbsDep) -> Redir
     return done(room_path(row["name"]), body.created_by)
 
 
+#: ``/claim``, ``/release [note]``, ``/resolve`` in a task's thread (in the room: after the row's key).
+COMMAND = re.compile(r"^/(claim|release|resolve)(?:\s+(.*))?$", re.S)
+
+
 @post("/room/{name:str}/messages")
 async def post_message(request: Request[Any, Any, Any], verbs: VerbsDep, name: FromPath[str]) -> Redirect:
+    """Post a message; a composer command (``/claim`` …) acts on the thread's row instead."""
     form = await form_of(request)
     body = checked(MessageCreate, sender_handle=form.get("handle", ""), content=form.get("content", ""),
                    episode=form.get("episode"))
-    await verbs.call(Actor.declared(body.sender_handle, "person"), "post_message", **body.post_params(name))
+    command = COMMAND.match(body.content.strip())
+    if command is not None:
+        await run_command(verbs, name, body, command.group(1), (command.group(2) or "").strip())
+    else:
+        await verbs.call(Actor.declared(body.sender_handle, "person"), "post_message",
+                         **body.post_params(name))
     return done(back(form, room_path(name)), body.sender_handle)
+
+
+async def run_command(verbs: Verbs, room: str, body: MessageCreate, action: str, rest: str) -> None:
+    """A lease command from the composer: on the thread's row, or in the room on the key it names."""
+    if body.episode:
+        key = (await verbs.call(NOBODY, "board_row", room=room, ref=body.episode))["key"]
+        note = rest
+    else:
+        key, _, note = rest.partition(" ")
+        if not key:
+            raise Refusal(422, "invalid_request", f"/{action} names a row here (/{action} work/…), or is "
+                          "written in the row's thread", {"field": "content"})
+    await lease_action(verbs, room, action, key, body.sender_handle, note.strip() or None)
+
+
+async def lease_action(verbs: Verbs, room: str, action: str, key: str, handle: str, note: str | None) -> None:
+    actor = Actor.declared(handle, "person")
+    if action == "claim":
+        claim = checked(ClaimBody, key=key, handle=handle)
+        await verbs.call(actor, "claim_task", room=room, key=claim.key, handle=claim.handle,
+                         ttl_minutes=claim.ttl_minutes, force=False)
+    elif action == "release":
+        release = checked(ReleaseBody, key=key, handle=handle, note=note)
+        await verbs.call(actor, "release_task", room=room, key=release.key, handle=release.handle,
+                         note=release.note)
+    elif action == "resolve":
+        resolve = checked(ResolveBody, key=key, handle=handle)
+        await verbs.call(actor, "resolve_task", room=room, key=resolve.key, handle=resolve.handle)
+    else:
+        raise Refusal(422, "invalid_request", "action: one of claim, release, resolve", {"field": "action"})
 
 
 @post("/room/{name:str}/tasks")
@@ -111,22 +151,8 @@ async def file_task(request: Request[Any, Any, Any], verbs: VerbsDep, name: From
 async def lease(request: Request[Any, Any, Any], verbs: VerbsDep, name: FromPath[str]) -> Redirect:
     """Claim, release or resolve a ``work/`` row (``action``)."""
     form = await form_of(request)
-    action = form.get("action", "")
-    key, handle = form.get("key", ""), form.get("handle", "")
-    actor = Actor.declared(handle, "person")
-    if action == "claim":
-        claim = checked(ClaimBody, key=key, handle=handle)
-        await verbs.call(actor, "claim_task", room=name, key=claim.key, handle=claim.handle,
-                         ttl_minutes=claim.ttl_minutes, force=False)
-    elif action == "release":
-        release = checked(ReleaseBody, key=key, handle=handle, note=form.get("note"))
-        await verbs.call(actor, "release_task", room=name, key=release.key, handle=release.handle,
-                         note=release.note)
-    elif action == "resolve":
-        resolve = checked(ResolveBody, key=key, handle=handle)
-        await verbs.call(actor, "resolve_task", room=name, key=resolve.key, handle=resolve.handle)
-    else:
-        raise Refusal(422, "invalid_request", "action: one of claim, release, resolve", {"field": "action"})
+    handle = form.get("handle", "")
+    await lease_action(verbs, name, form.get("action", ""), form.get("key", ""), handle, form.get("note"))
     return done(back(form, room_path(name)), handle)
 
 
@@ -155,7 +181,7 @@ async def write_memory(request: Request[Any, Any, Any], hub: HubDep, verbs: Verb
     return done(f"{room_path(name)}/memory/{quote(item.key, safe='/')}", item.created_by)
 
 
-async def _stale(request: Request[Any, Any, Any], verbs: Any, name: str, item: MemoryCreate,
+async def _stale(request: Request[Any, Any, Any], verbs: Verbs, name: str, item: MemoryCreate,
                  refused: Refusal) -> Template:
     current = views.body_text(refused.extra.get("current_content"))
     mine = str(item.value)

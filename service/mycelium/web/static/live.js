@@ -80,10 +80,14 @@
       const error = form.querySelector(".composer-error");
       const button = form.querySelector("button[type=submit]");
       button.disabled = true;
+      const area = form.querySelector("textarea");
+      const sent = area.value;
       try {
-        const res = await fetch(form.action, { method: "POST", body: new URLSearchParams(new FormData(form)) });
-        if (res.ok) {
-          form.querySelector("textarea").value = "";
+        // (the redirect a landed write answers is not followed: the stream brings the change)
+        const res = await fetch(form.action, { method: "POST", redirect: "manual",
+                                               body: new URLSearchParams(new FormData(form)) });
+        if (res.type === "opaqueredirect" || res.ok) {
+          if (area.value.startsWith(sent)) area.value = area.value.slice(sent.length).trimStart();
           error.hidden = true;
           rememberHandle(form);
           schedule();
@@ -114,6 +118,11 @@
     }
     return memoryKeys || [];
   }
+  const COMMANDS = [
+    { name: "claim", label: "/claim — take the row's lease", insert: "/claim" },
+    { name: "release", label: "/release [note] — give the lease back", insert: "/release " },
+    { name: "resolve", label: "/resolve — settle the row", insert: "/resolve" },
+  ];
   function handles() {
     // the page's list, and the members rail (which the stream keeps fresh)
     const named = document.querySelectorAll("#handles option, [data-handle]");
@@ -150,8 +159,15 @@
       const before = area.value.slice(0, area.selectionStart);
       const mention = before.match(/(?:^|\s)(@[\w.-]*)$/);
       const link = before.match(/(\[\[[^\]\n]*)$/);
+      const command = before.match(/^(\/[\w-]*)$/);
       picked = 0;
-      if (mention) {
+      if (command) {
+        token = command[1];
+        const q = token.slice(1).toLowerCase();
+        const skills = (await keys()).filter((k) => k.startsWith("skills/"))
+          .map((k) => ({ label: `${k.slice(7)} (skill)`, insert: `[[${k}]] `, name: k.slice(7) }));
+        show(COMMANDS.concat(skills).filter((c) => c.name.startsWith(q)));
+      } else if (mention) {
         token = mention[1];
         const q = token.slice(1).toLowerCase();
         show(handles().filter((h) => h.toLowerCase().startsWith(q)).map((h) => ({ label: `@${h}`, insert: `@${h} ` })));
