@@ -4,6 +4,7 @@ its reason, and nothing an agent writes runs as script; every page reads without
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -217,3 +218,77 @@ async def test_the_composer_completes_commands_and_memory_links(browser, hub_url
     await expect(link).to_have_attribute("href", "/room/atlas/memory/notes/passkeys", timeout=LIVE)
     assert foreign == [] and dialogs == [] and errors == []
     await context.close()
+
+
+class Cuttable:
+    """A TCP relay in front of the hub whose connections the test can cut (and refuse for a while)."""
+
+    def __init__(self, upstream: str) -> None:
+        host, port = upstream.removeprefix("http://").split(":")
+        self.upstream = (host, int(port))
+        self.down = False
+        self.open: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.down:
+            writer.close()
+            return
+        far_reader, far_writer = await asyncio.open_connection(*self.upstream)
+        self.open += [writer, far_writer]
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, far_writer), pipe(far_reader, writer))
+
+    def cut(self) -> None:
+        self.down = True
+        for w in self.open:
+            w.close()
+        self.open.clear()
+
+    async def stop(self) -> None:
+        self.cut()
+        self.server.close()
+
+
+async def test_a_page_that_lost_its_stream_catches_up_without_a_reload(browser, hub_url):
+    httpx.post(f"{hub_url}/api/rooms", json={"name": "atlas"}).raise_for_status()
+    relay = Cuttable(hub_url)
+    url = await relay.start()
+    try:
+        context, page, foreign, dialogs, errors = await open_page(browser, url)
+        await page.goto(f"{url}/room/atlas")
+        await expect(page.locator("[data-live-state]")).to_have_text("live")
+        marker = await page.evaluate("window.__marker = 7")
+        relay.cut()
+        await expect(page.locator("[data-live-state]")).to_have_text("reconnecting…", timeout=10_000)
+        httpx.post(f"{hub_url}/api/rooms/atlas/messages", json={"sender_handle": "nova",
+                                                                 "content": "said while away"})
+        await page.wait_for_timeout(500)
+        assert await page.locator(".line.msg").count() == 0
+        relay.down = False
+        await expect(page.locator(".line.msg", has_text="said while away")).to_be_visible(timeout=15_000)
+        await expect(page.locator("[data-live-state]")).to_have_text("live")
+        assert await page.evaluate("window.__marker") == marker
+        # and the keyboard: ? lists the shortcuts, / goes to the search
+        await page.keyboard.press("?")
+        await expect(page.locator("#keys-help")).to_be_visible()
+        await page.keyboard.press("Escape")
+        await page.keyboard.press("/")
+        assert await page.evaluate("document.activeElement.id") == "q"
+        assert foreign == [] and dialogs == [] and errors == []
+        await context.close()
+    finally:
+        await relay.stop()
