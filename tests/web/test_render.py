@@ -76,3 +76,13 @@ def test_a_version_diff_marks_what_was_added_and_removed():
     diff = views.version_diff("a\nb\n", "a\nc\n", "v1", "v2")
     assert ("del", "-b") in diff and ("add", "+c") in diff
 
+
+
+def test_the_board_namespaces_are_the_vocabularys_live_namespaces():
+    import json
+
+    from mycelium.paths import contracts_dir
+
+    vocabulary = json.loads((contracts_dir() / "board-vocabulary.json").read_text())
+    assert list(views.BOARD_NAMESPACES) == vocabulary["live_namespaces"]
+    assert [a for a, _ in views.COLUMNS] == vocabulary["attention_filters"]

@@ -23,6 +23,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("needs_you", "Needs you"), ("in_flight", "In flight"), ("resolved", "Resolved"),
 )
 
+#: The namespaces whose memories are board rows (the vocabulary's live namespaces).
+BOARD_NAMESPACES = ("decisions", "status", "work", "failed")
+
 #: How a notice reads in the timeline, by subkind.
 NOTICE_VERBS: dict[str, str] = {
     "filed": "filed", "claimed": "claimed", "released": "released", "resolved": "resolved",
