@@ -110,7 +110,8 @@ async def memory(
     text = views.body_text(current.value if current else None)
     body = expanded.get("rendered") if expanded.get("found") else text
     return page("memory.html", request, room=the_room, now=now, key=key, live=live, history=history,
-                current=current, body=body, links=found, board_namespaces=views.BOARD_NAMESPACES, expansions=expanded.get("expansions", []), a=a, b=b,
+                current=current, body=body, links=found,
+                board_namespaces=views.BOARD_NAMESPACES, expansions=expanded.get("expansions", []), a=a, b=b,
                 diff=diff, text=text)
 
 
