@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import asyncpg
 import httpx
@@ -36,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _db import bench_database
 from _report import machine, stamp, table, write_section
 from tests.support.processes import HubProcess
+from wake import tree_cpu
 
 ROOM = "bench"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -83,16 +86,26 @@ def time_loads(client: httpx.Client, paths: list[str], loads: int) -> list[float
     return out
 
 
-def measure(url: str, loads: int) -> tuple[list[float], list[float], list[float], int]:
-    """The page, its live parts and the API's JSON for the same data: seconds per load, and the
-    page's size."""
+class Timed(NamedTuple):
+    seconds: list[float]
+    cpu_ms: float  # the hub's and the database server's CPU per load (less at the mercy of other load)
+
+
+def measure(url: str, loads: int, pids: list[int]) -> tuple[Timed, Timed, Timed, int]:
+    """The page, its live parts and the API's JSON for the same data, and the page's size."""
+
+    def timed(client: httpx.Client, paths: list[str]) -> Timed:
+        before = sum(tree_cpu(p) for p in pids)
+        seconds = time_loads(client, paths, loads)
+        return Timed(seconds, 1000 * (sum(tree_cpu(p) for p in pids) - before) / (loads + 1))
+
     with httpx.Client(base_url=url, timeout=30) as client:
-        page = time_loads(client, [f"/room/{ROOM}"], loads)
+        page = timed(client, [f"/room/{ROOM}"])
         size = len(client.get(f"/room/{ROOM}").content)
         api_paths = [f"/api/rooms/{ROOM}/tasks?filter={f}&limit=100" for f in ("needs_you", "in_flight", "resolved")]
         api_paths += [f"/api/rooms/{ROOM}/messages?limit=300", f"/api/rooms/{ROOM}/sessions/members"]
-        api = time_loads(client, api_paths, loads)
-        parts = time_loads(client, [f"/room/{ROOM}/parts"], loads)
+        api = timed(client, api_paths)
+        parts = timed(client, [f"/room/{ROOM}/parts"])
     return page, parts, api, size
 
 
@@ -142,30 +155,35 @@ async def main() -> None:
         hub = HubProcess(data_dir=scratch / "hub", database_url=db.dsn, extra=["--no-mirror", "--no-workers"])
         try:
             hub.wait_ready()
-            page, parts, api, size = await asyncio.to_thread(measure, hub.url, args.loads)
+            pids = [hub.proc.pid] + ([db.postmaster] if db.postmaster else [])
+            page, parts, api, size = await asyncio.to_thread(measure, hub.url, args.loads, pids)
             arrivals = await live(hub.url, args.live)
         finally:
             hub.stop()
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def row(name: str, values: list[float], note: str) -> list[object]:
-        return [name, f"{1000 * statistics.median(values):.1f}", f"{1000 * pct(values, 0.95):.1f}", note]
+    def row(name: str, values: list[float], cpu: float | None, note: str) -> list[object]:
+        return [name, f"{1000 * statistics.median(values):.1f}", f"{1000 * pct(values, 0.95):.1f}",
+                "" if cpu is None else f"{cpu:.1f}", note]
 
     rows = [
-        row("room page `/room/<name>` (HTML)", page, f"one request, {size / 1024:.0f} KiB"),
-        row("its live parts `/room/<name>/parts` (HTML)", parts, "what the script re-reads per event"),
-        row("the API's JSON for the same data", api, "5 requests: 3 board columns, 300 messages, members"),
-        row("a message posted over the API, in an open page", arrivals,
+        row("room page `/room/<name>` (HTML)", page.seconds, page.cpu_ms, f"one request, {size / 1024:.0f} KiB"),
+        row("its live parts `/room/<name>/parts` (HTML)", parts.seconds, parts.cpu_ms,
+            "what the script re-reads per event"),
+        row("the API's JSON for the same data", api.seconds, api.cpu_ms,
+            "5 requests: 3 board columns, 300 messages, members"),
+        row("a message posted over the API, in an open page", arrivals, None,
             "POST → commit → stream → parts re-read → swap"),
     ]
-    text = table(["what", "median ms", "p95 ms", "note"], rows)
+    text = table(["what", "median ms", "p95 ms", "hub + server CPU ms", "note"], rows)
+    load = os.getloadavg()[0]
     print(text)
     if not args.no_write:
         write_section("web", f"""## The web app (bench/web.py)
 
 A room with {args.tasks} tasks and {args.messages} messages, one hub process (`--no-workers`), {args.loads}
 loads per path back to back on one keep-alive connection; {args.live} live messages in headless Chromium.
-{machine()}; {stamp()}.
+{machine()}; load average {load:.1f} during the run (other work on the machine); {stamp()}.
 
 {text}
 

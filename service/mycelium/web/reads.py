@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from mycelium.errors import Refusal
@@ -15,7 +16,7 @@ from mycelium.web import views
 #: unless asked for more, and the timeline entries it reads.
 BOARD_LIMIT = 1000
 COLUMN_ROWS = 50
-TIMELINE_WINDOW = 300
+TIMELINE_WINDOW = 200
 THREAD_LIMIT = 200
 
 
@@ -26,15 +27,29 @@ async def room(verbs: Verbs, name: str) -> RoomRead:
     return room_read(row)
 
 
-async def board(verbs: Verbs, name: str) -> dict[str, list[BoardRow]]:
-    """The board's rows by column, most recently changed first (one read: the view derives every
-    row's lease and dependencies at once, so three filtered reads cost three times one)."""
-    columns: dict[str, list[BoardRow]] = {attention: [] for attention, _ in views.COLUMNS}
-    rows = await verbs.call(NOBODY, "board_rows", room=name, attention=None, namespace=None,
+@dataclass
+class Board:
+    """The board's rows by column (the first ``rows`` of each shown), and how many each has."""
+
+    columns: dict[str, list[BoardRow]]
+    counts: dict[str, int]
+    titles: views.Titles  # every row read, by its thread
+
+
+async def board(verbs: Verbs, name: str, rows: int) -> Board:
+    """The board, most recently changed first, in one read (the view derives every row's lease and
+    dependencies at once, so three filtered reads cost three times one); only the rows shown are
+    shaped into models."""
+    read = await verbs.call(NOBODY, "board_rows", room=name, attention=None, namespace=None,
                             limit=BOARD_LIMIT, offset=0)
-    for r in rows:
-        columns.setdefault(r["attention"], []).append(board_row(r))
-    return columns
+    columns: dict[str, list[BoardRow]] = {attention: [] for attention, _ in views.COLUMNS}
+    counts = dict.fromkeys(columns, 0)
+    for r in read:
+        attention = r["attention"]
+        counts[attention] = counts.get(attention, 0) + 1
+        if counts[attention] <= rows:
+            columns.setdefault(attention, []).append(board_row(r))
+    return Board(columns, counts, {r["episode"]: (r["key"], r["title"]) for r in read})
 
 
 async def recent(verbs: Verbs, name: str) -> tuple[int, list[MessageRead]]:
@@ -55,16 +70,17 @@ async def room_page(verbs: Verbs, name: str, rows: int = COLUMN_ROWS) -> dict[st
     """Everything the room page shows (``rows`` per board column)."""
     now = await verbs.call(NOBODY, "room_clock", room=name)
     the_room = await room(verbs, name)
-    columns = await board(verbs, name)
+    the_board = await board(verbs, name, rows)
     head, messages = await recent(verbs, name)
     present, floors = await members(verbs, name)
-    every_row = [r for rows in columns.values() for r in rows]
-    lines = views.timeline(name, messages, views.thread_rows(every_row))
+    lines = views.timeline(name, messages, the_board.titles)
     floor_of = {f.thread: f for f in floors}
     here = {m["handle"] for m in present}
-    known = sorted(here | set(the_room.members) | {r.owner for r in every_row if r.owner}
+    shown = [r for column in the_board.columns.values() for r in column]
+    known = sorted(here | set(the_room.members) | {r.owner for r in shown if r.owner}
                    | {m.sender_handle for m in messages if m.sender_role != "coordinator"})
-    return {"now": now, "room": the_room, "columns": columns, "column_names": views.COLUMNS, "lines": lines,
+    return {"now": now, "room": the_room, "columns": the_board.columns, "counts": the_board.counts,
+            "column_names": views.COLUMNS, "lines": lines,
             "head": head, "present": present, "here": here, "floors": floors, "floor_of": floor_of,
             "handles": known, "seconds_left": views.seconds_left, "rows": rows}
 

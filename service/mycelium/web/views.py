@@ -109,12 +109,11 @@ def relative(moment: datetime | None, now: datetime) -> str:
     return f"in {text}" if ahead else f"{text} ago"
 
 
-def thread_rows(rows: Iterable[BoardRow]) -> dict[str, BoardRow]:
-    """Each row by its thread's URN."""
-    return {r.episode: r for r in rows}
+#: A thread's task row: the thread's URN -> (row key, title).
+Titles = dict[str, tuple[str, "str | None"]]
 
 
-def timeline(room: str, messages: Sequence[MessageRead], rows_by_thread: dict[str, BoardRow]) -> list[Line]:
+def timeline(room: str, messages: Sequence[MessageRead], titles: Titles) -> list[Line]:
     """The room's timeline, oldest first: the room's messages and notices as they came, and for each
     thread one line (at its newest ping) quoting its newest message, with how many it had."""
     live = live_episode_urn(room)
@@ -140,11 +139,11 @@ def timeline(room: str, messages: Sequence[MessageRead], rows_by_thread: dict[st
     for thread, seen in pings.items():
         last = seen[-1]
         quoted = by_id.get(str(last.payload.get("message") or "")) or newest_of_thread.get(thread)
-        row = rows_by_thread.get(thread)
+        key, title = titles.get(thread, (None, None))
         lines.append(Line(
             "thread", last.position, last.created_at, str(last.payload.get("sender") or "?"),
-            quoted.content if quoted is not None else "", message=quoted, key=row.key if row else None,
-            title=row.title if row else None, thread=short_id(thread), count=len(seen),
+            quoted.content if quoted is not None else "", message=quoted, key=key, title=title,
+            thread=short_id(thread), count=len(seen),
         ))
     lines.sort(key=lambda line: line.position)
     return lines
