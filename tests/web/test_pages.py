@@ -292,3 +292,11 @@ async def test_composer_commands_act_on_the_row_and_other_slashes_are_text(clien
     assert (await post(handle="ana", content="/usr/bin is where it lives")).status_code == 303
     said = [m["content"] for m in (await client.get("/api/rooms/atlas/messages")).json()]
     assert said == ["/usr/bin is where it lives"]
+
+
+@pytest.mark.parametrize("back", ["//evil.example/x", "https://evil.example/", "/\\evil.example", "room/atlas"])
+async def test_a_form_only_sends_the_browser_back_to_a_page_of_this_hub(client, back):
+    await client.post("/api/rooms", json={"name": "atlas"})
+    r = await client.post("/room/atlas/messages", data={"handle": "ana", "content": "hi", "back": back},
+                          follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/room/atlas"
