@@ -18,8 +18,7 @@ log = logging.getLogger("mycelium.web")
 
 def _page(request: Request[Any, Any, Any], status: int, error: str, message: str) -> Template:
     return Template(template_name="error.html", status_code=status,
-                    context={"me": handle_of(request), "status": status, "code": error, "message": message,
-                             "error": None})
+                    context={"me": handle_of(request), "status": status, "code": error, "message": message})
 
 
 def on_refusal(request: Request[Any, Any, Any], exc: Refusal) -> Template:

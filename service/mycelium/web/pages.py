@@ -30,7 +30,7 @@ def handle_of(request: Request[Any, Any, Any]) -> str:
 
 def page(name: str, request: Request[Any, Any, Any], status: int = 200, **context: Any) -> Template:
     return Template(template_name=name, status_code=status,
-                    context={"me": handle_of(request), "error": None, **context})
+                    context={"me": handle_of(request), **context})
 
 
 @get("/")
