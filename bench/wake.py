@@ -85,15 +85,16 @@ def tree_cpu(root: int) -> float:
 class Http:
     """One keep-alive HTTP/1.1 connection: a request at a time, JSON in and out."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, headers: dict[str, str] | None = None) -> None:
         self.host, self.port = host, port
+        self.extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
     async def request(self, method: str, path: str, body: object = None) -> tuple[int, object]:
         payload = b"" if body is None else json.dumps(body).encode()
         head = (f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Length: {len(payload)}\r\n"
-                + ("Content-Type: application/json\r\n" if payload else "") + "\r\n")
+                + self.extra + ("Content-Type: application/json\r\n" if payload else "") + "\r\n")
         for _attempt in range(2):
             if self.writer is None:
                 self.reader, self.writer = await asyncio.open_connection(self.host, self.port)

@@ -250,6 +250,14 @@ LANGUAGE sql IMMUTABLE AS $$
     ('next_lease_expiry', 'read'), ('settings_of', 'read'), ('room_members', 'read'),
     ('message_type_of', 'read'), ('thread_matches', 'read'), ('unsigned_receipt_batch', 'read'),
     ('verify_receipt_chain', 'read'),
+    -- private rooms (sql/privacy.sql): what the policies call as the app role
+    ('principal', 'read'), ('rooms_open', 'read'), ('hidden_rooms', 'read'), ('room_visible', 'read'),
+    ('administrator_session', 'read'),
+    -- join codes and the hub's member-token keys (sql/joins.sql)
+    ('mint_join_code', 'write'), ('redeem_join_code', 'write'), ('ensure_hub_key', 'write'),
+    ('rotate_hub_key', 'write'),
+    -- the audit trail (sql/audit.sql)
+    ('verify_audit_chain', 'read'), ('audit_preimage', 'inlined'),
     -- named by the public SQL reads and the views above
     ('board_namespaces', 'inlined'), ('config_value', 'inlined'), ('episode_short_id', 'inlined'),
     ('episode_urn', 'inlined'), ('is_assignable_key', 'inlined'), ('is_board_key', 'inlined'),

@@ -30,7 +30,7 @@ CREATE TABLE mycelium.rooms (
 CREATE OR REPLACE FUNCTION mycelium.require_room(p_room text) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM mycelium.rooms WHERE name = p_room) THEN
+  IF NOT EXISTS (SELECT 1 FROM mycelium.rooms WHERE name = p_room) OR NOT mycelium.room_visible(p_room) THEN
     PERFORM mycelium.refuse(404, 'room_not_found', format('Room %L not found', p_room),
                             jsonb_build_object('room', p_room));
   END IF;

@@ -20,7 +20,9 @@ INSERT INTO mycelium.setting_kinds (name, value_type, default_value, min_value, 
   ('board.dependency_gate', 'boolean', 'false', NULL, NULL,
    'A claim is refused while the row waits on unsettled board rows (force overrides).'),
   ('presence.ttl_seconds', 'number', '90', 1, 86400,
-   'How long a handle stays present after its last await, in seconds.');
+   'How long a handle stays present after its last await, in seconds.'),
+  ('auth.gate', 'boolean', 'false', NULL, NULL,
+   'The token gate is on: a private room is seen only by its owner, its members and operators.');
 
 -- Why a value does not fit a setting, or NULL when it does.
 CREATE OR REPLACE FUNCTION mycelium.setting_problem(k mycelium.setting_kinds, p_value jsonb) RETURNS text

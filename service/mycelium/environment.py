@@ -112,8 +112,41 @@ def default_handle() -> str:
 
 
 def handle() -> str:
-    """Who the CLI writes as (``--as`` overrides)."""
-    return value("handle") or default_handle()
+    """Who the CLI writes as (``--as`` overrides): ``MYCELIUM_HANDLE``, else the folder's membership,
+    else the login name."""
+    return value("handle") or (membership() or {}).get("handle") or default_handle()
+
+
+MEMBER_FILE = "member.json"
+
+
+def membership_file() -> Path | None:
+    """The nearest ``.mycelium/member.json`` in the working directory or above it."""
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        candidate = folder / DATA_DIR_NAME / MEMBER_FILE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def membership() -> dict[str, str] | None:
+    """What ``mycelium join`` saved for this folder (room, handle, hub, token), if anything."""
+    found = membership_file()
+    if found is None:
+        return None
+    try:
+        import json
+
+        data = json.loads(found.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def token() -> str | None:
+    """The bearer token the CLI sends: ``MYCELIUM_TOKEN``, else the folder's membership's."""
+    return value("token") or (membership() or {}).get("token") or None
 
 
 def database_url() -> str | None:

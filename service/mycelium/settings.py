@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     ``POST /api/joins/redeem`` needs a bearer JWT of a configured issuer. Off: nothing is asked."""
     auth_issuers: str | None = None
     """The issuers the gate trusts: JSON, or ``@file`` (see ``mycelium.auth.issuers``)."""
+    auth_secret: str | None = Field(default=None, repr=False, min_length=32)
+    """The secret the hub's member-token key is sealed under in the database (every replica of a
+    deployment needs the same one); without it join codes still admit members, with no token."""
     auth_leeway_seconds: float = Field(default=30.0, ge=0, le=300)
     """How far ``exp`` and ``nbf`` may be off (clock skew)."""
 

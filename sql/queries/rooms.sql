@@ -33,3 +33,24 @@ OFFSET :skip LIMIT :limit
 -- returns: value
 -- true, else 404 room_not_found
 SELECT mycelium.room_known(:room)
+
+-- name: mint_join_code
+-- returns: row
+SELECT * FROM mycelium.mint_join_code(mycelium.acting(:room, :actor, :actor_kind), :handle, :code_hash, :ttl_seconds)
+
+-- name: redeem_join_code
+-- returns: row
+SELECT * FROM mycelium.redeem_join_code(:code_hash)
+
+-- name: ensure_hub_key
+-- returns: row
+SELECT * FROM mycelium.ensure_hub_key(:kid, :public_jwk, :sealed)
+
+-- name: rotate_hub_key
+-- needs: operator
+-- returns: row
+SELECT * FROM mycelium.rotate_hub_key(:kid, :public_jwk, :sealed)
+
+-- name: hub_keys
+-- every key, the active one first (retired ones verify the tokens they signed)
+SELECT kid, public_jwk, sealed_private, retired_at FROM mycelium.hub_keys ORDER BY retired_at NULLS FIRST, created_at DESC

@@ -3,6 +3,7 @@
 -- actor: the others are fenced by their owner, the worker that holds the lease.
 
 -- name: claim_transition
+-- needs: writer
 -- returns: row
 -- the verb is called in the select list of a subquery kept apart by OFFSET 0, so it runs once and
 -- its row is taken apart without a function scan (which would copy it through a tuple store)
@@ -16,6 +17,7 @@ FROM (SELECT mycelium.claim_transition(:request_id, :transition_key, :tool, :own
       OFFSET 0) AS claimed
 
 -- name: claim_transition_lean
+-- needs: writer
 -- the SDK's claim: an answer of run needs nothing of the row but its fence, so the row (read under the
 -- claim's lock, as one JSON object, the key's lifetime in seconds) comes back only with other answers
 SELECT (c).gate, (c).action, (c).repaired, ((c).transition).fence,
@@ -32,43 +34,53 @@ FROM (SELECT mycelium.claim_transition(:request_id, :transition_key, :tool, :own
       OFFSET 0) AS claimed
 
 -- name: renew_lease
+-- needs: writer
 -- returns: row
 SELECT * FROM mycelium.renew_lease(:request_id, :owner, :fence, :lease_ttl)
 
 -- name: advance_boundary
+-- needs: writer
 -- returns: row
 SELECT * FROM mycelium.advance_boundary(:request_id, :owner, :fence, :boundary)
 
 -- name: record_external_operation
+-- needs: writer
 -- returns: row
 SELECT * FROM mycelium.record_external_operation(:request_id, :owner, :fence, :ref)
 
 -- name: complete_transition
+-- needs: writer
 -- returns: row
 SELECT * FROM mycelium.complete(:request_id, :owner, :fence, :result)
 
 -- name: complete_transition_ack
+-- needs: writer
 -- the SDK's hot path: the same verb, without sending the row back (one field of the call's result:
 -- no function scan)
 SELECT (mycelium.complete(:request_id, :owner, :fence, :result::text::jsonb, :result::text)).request_id
 
 -- name: fail_transition
+-- needs: writer
 -- returns: row
 SELECT * FROM mycelium.fail(:request_id, :owner, :fence, :error, :after_effect)
 
 -- name: mark_unknown
+-- needs: writer
 -- returns: row
 SELECT * FROM mycelium.mark_unknown(:request_id, :owner, :fence, :error)
 
 -- name: mark_blocked
+-- needs: writer
 -- returns: row
 SELECT * FROM mycelium.mark_blocked(:request_id, :owner, :fence, :error)
 
 -- name: repair_transition
+-- needs: writer
 -- returns: row
 SELECT * FROM mycelium.repair(:request_id, :owner, :fence)
 
 -- name: apply_reconcile_result
+-- needs: writer
 -- returns: row
 SELECT * FROM mycelium.apply_reconcile_result(:request_id, :fence, :status, :result, :by)
 

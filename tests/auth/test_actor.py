@@ -60,6 +60,9 @@ async def test_the_administrative_verbs_need_an_operator(gated, provider):
     assert r.status_code == 403 and r.json()["error"] == "operator_only", r.text
     r = await gated.delete("/api/rooms/atlas", headers=alice)
     assert r.status_code == 403 and r.json()["error"] == "operator_only"
+    r = await gated.get("/api/rooms/atlas/export", headers=alice)
+    assert r.status_code == 403 and r.json()["error"] == "operator_only"
+    assert (await gated.get("/api/rooms/atlas/export", headers=op)).status_code == 200
     assert (await gated.get("/api/rooms/atlas", headers=alice)).status_code == 200  # still there
     r = await gated.put("/api/config/board.dependency_gate", json={"value": True, "handle": "olga"}, headers=op)
     assert r.status_code == 200, r.text

@@ -16,8 +16,10 @@ from mycelium.api import (
     board,
     config,
     errors,
+    export,
     fields,
     health,
+    joins,
     links,
     memory,
     rooms,
@@ -29,7 +31,7 @@ from mycelium.api.conversations import CONVERSATION_ROUTES
 from mycelium.api.deps import provide_hub
 from mycelium.api.receipts import ReceiptController
 from mycelium.api.transitions import TransitionController
-from mycelium.auth.gate import gate_middleware
+from mycelium.auth.gate import gate_middleware, start_gate, token_verifier
 from mycelium.hub import Hub
 from mycelium.settings import Settings, load_settings
 from mycelium.web import ROUTES as WEB_ROUTES
@@ -45,10 +47,12 @@ def create_app(
     replica leaves them to ``mycelium worker`` processes)."""
     settings = settings or load_settings()
     hub = hub or Hub(settings, loops=default_loops(settings) if loops else [])
+    verifier = token_verifier(settings)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         await hub.start()
+        app.state.member_tokens = None if verifier is None else await start_gate(hub, verifier)
         app.state.hub = hub
         if on_ready is not None:
             on_ready(hub)
@@ -68,7 +72,7 @@ def create_app(
         *CONVERSATION_ROUTES,
         TransitionController, ReceiptController,
         *config.ROUTES,
-        whoami.whoami,
+        whoami.whoami, *joins.ROUTES, export.export_room,
         *WEB_ROUTES,
     ]
     return Litestar(
@@ -76,7 +80,7 @@ def create_app(
         dependencies={"hub": Provide(provide_hub)},
         exception_handlers=errors.HANDLERS,
         lifespan=[lifespan],
-        middleware=gate_middleware(settings),
+        middleware=gate_middleware(verifier),
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(title="Mycelium hub", version=__version__),
         template_config=template_config(),

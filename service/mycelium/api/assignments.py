@@ -57,10 +57,10 @@ class AssignmentController(Controller):
 
     @get("/await")
     async def watch(
-        self, hub: HubDep, room: FromPath[str], key: FromQuery[str], since: FromQuery[str | None] = None,
-        timeout: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 30.0,
+        self, hub: HubDep, verbs: VerbsDep, room: FromPath[str], key: FromQuery[str],
+        since: FromQuery[str | None] = None, timeout: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 30.0,
     ) -> AssignmentWatch:
-        seen = await watch_lease(hub, room, key.lstrip("/"), since, timeout)
+        seen = await watch_lease(hub, room, key.lstrip("/"), since, timeout, verbs)
         read = assignment_read(seen.read).model_dump()
         return AssignmentWatch(**read, since=seen.since, changed=seen.changed)
 

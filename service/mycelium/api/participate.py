@@ -31,9 +31,10 @@ async def _disconnected(request: Request[Any, Any, Any]) -> None:
             return
 
 
-@get_route("/api/rooms/{room:str}/await")
+@get_route("/api/rooms/{room:str}/await", dependencies=VERBS)
 async def await_message(
-    request: Request[Any, Any, Any], hub: HubDep, room: FromPath[str], handle: FromQuery[str],
+    request: Request[Any, Any, Any], hub: HubDep, verbs: VerbsDep, room: FromPath[str],
+    handle: FromQuery[str],
     timeout: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0.0,
     episode: FromQuery[str | None] = None,
 ) -> dict[str, Any]:
@@ -41,7 +42,7 @@ async def await_message(
 
     An unknown room or a bad handle is refused by the first ``take_next``, before any waiting."""
     row = await await_next(hub, room, handle, episode=episode, timeout=timeout,
-                           gone=lambda: _disconnected(request))
+                           gone=lambda: _disconnected(request), verbs=verbs)
     me = handle.strip()
     if row is None:
         return {"room": room, "handle": me, "message": None}

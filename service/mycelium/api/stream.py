@@ -18,7 +18,7 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 from mycelium.api.deps import VERBS, Annotated, HubDep, Query, VerbsDep
 from mycelium.conversations.wakes import wait_for, waiters_of
 from mycelium.hub import Hub
-from mycelium.verbs import NOBODY, verbs_of
+from mycelium.verbs import NOBODY, Verbs, verbs_of
 from mycelium.verbs.messages import message_read
 
 #: Send a comment this often so proxies keep an idle stream open.
@@ -26,9 +26,10 @@ KEEPALIVE_SECONDS = 15.0
 BATCH = 200
 
 
-async def timeline_events(hub: Hub, room: str, after: int) -> AsyncIterator[ServerSentEventMessage]:
+async def timeline_events(hub: Hub, room: str, after: int, verbs: Verbs | None = None
+                          ) -> AsyncIterator[ServerSentEventMessage]:
     waiters = await waiters_of(hub)
-    verbs = verbs_of(hub)
+    verbs = verbs or verbs_of(hub)
     event = waiters.for_room(room)
     try:
         while True:
@@ -60,7 +61,7 @@ async def stream(
     head = await verbs.call(NOBODY, "timeline_head", room=room)
     if start is None:
         start = head
-    return ServerSentEvent(timeline_events(hub, room, int(start)))
+    return ServerSentEvent(timeline_events(hub, room, int(start), verbs))
 
 
 ROUTES = [stream]

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import jwt
 
 from mycelium.auth.issuers import Issuer
 from mycelium.verbs.actor import ROLES, Principal
+
+if TYPE_CHECKING:
+    from mycelium.auth.member_tokens import MemberTokens
 
 JWKS_TTL = 300.0
 JWKS_MIN_REFRESH = 10.0
@@ -88,6 +91,8 @@ class TokenVerifier:
         self.issuers = {i.issuer: i for i in issuers}
         self.leeway = leeway
         self._keys = {i.issuer: KeySet(i) for i in issuers if not i.hmac}
+        self.members: MemberTokens | None = None
+        """The hub's own member tokens, trusted beside the configured issuers (set once started)."""
 
     async def verify(self, token: str) -> Principal:
         try:
@@ -100,6 +105,9 @@ class TokenVerifier:
             raise TokenRefused("unsigned tokens (alg none) are never accepted")
         iss = unverified.get("iss")
         issuer = self.issuers.get(iss) if isinstance(iss, str) else None
+        members = self.members
+        if issuer is None and members is not None and iss == members.issuer.issuer:
+            issuer = members.issuer
         if issuer is None:
             raise TokenRefused("the token has no iss" if iss is None else f"unknown issuer {iss!r}")
         if alg not in issuer.algorithms:
@@ -107,6 +115,8 @@ class TokenVerifier:
         key: Any
         if issuer.hmac:
             key = issuer.secret
+        elif members is not None and issuer is members.issuer:
+            key = await members.public_key(header.get("kid"))
         else:
             jwk = await self._keys[issuer.issuer].key(header.get("kid"))
             if jwk.algorithm_name != alg and jwk._jwk_data.get("alg") is not None:

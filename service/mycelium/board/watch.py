@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mycelium.hub import Hub
-from mycelium.verbs import NOBODY, verbs_of
+from mycelium.verbs import NOBODY, Verbs, verbs_of
 
 CHANNELS = ("mycelium_board", "mycelium_changes")
 MAX_WAIT_S = 60.0
@@ -38,7 +38,8 @@ class Watched:
     changed: bool
 
 
-async def watch_lease(hub: Hub, room: str, key: str, since: str | None, timeout: float) -> Watched:
+async def watch_lease(hub: Hub, room: str, key: str, since: str | None, timeout: float,
+                      verbs: Verbs | None = None) -> Watched:
     """Return at once without ``since`` or when it is stale; else when the lease changes, or at the
     deadline (``changed`` false)."""
     loop = asyncio.get_running_loop()
@@ -52,7 +53,7 @@ async def watch_lease(hub: Hub, room: str, key: str, since: str | None, timeout:
     for channel in CHANNELS:
         await hub.wakes.listen(channel)
     unsubscribe = [hub.wakes.on(channel, hint) for channel in CHANNELS]
-    verbs = verbs_of(hub)
+    verbs = verbs or verbs_of(hub)
     try:
         while True:
             wake.clear()

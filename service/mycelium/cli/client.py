@@ -146,8 +146,8 @@ def _open(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str, di
     port = parts.port or (443 if parts.scheme == "https" else 80)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
-    token = environment.value("token")
-    if token:  # a gated hub's bearer token (MYCELIUM_TOKEN)
+    token = environment.token()
+    if token:  # a gated hub's bearer token (MYCELIUM_TOKEN, or the folder's membership)
         headers["Authorization"] = f"Bearer {token.strip()}"
     proxy = _proxy_for(parts)
     if proxy is None:

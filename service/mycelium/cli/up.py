@@ -68,11 +68,11 @@ def run(args: argparse.Namespace) -> int:
 
     settings = load_settings(host=args.host, port=args.port, data_dir=args.data_dir,
                              database_url=args.database_url)
-    from mycelium.auth.gate import gate_middleware
+    from mycelium.auth.gate import token_verifier
     from mycelium.auth.issuers import IssuerConfigError
 
     try:
-        gate_middleware(settings)  # the token gate's configuration, checked before anything starts
+        token_verifier(settings)  # the token gate's configuration, checked before anything starts
     except IssuerConfigError as exc:
         print(f"mycelium up: the token gate cannot start: {exc}", file=sys.stderr)
         return 2

@@ -27,14 +27,23 @@ def sources(flag: str | None) -> list[dict[str, Any]]:
     token)."""
     handle_env = environment.value("handle")
     token = environment.value("token")
+    member = environment.membership() or {}
+    member_file = environment.membership_file()
+    where = f"membership ({member_file})" if member_file else "membership"
     login = environment.default_handle()
     return [
         {"what": "handle", "source": "--as", "value": flag},
         {"what": "handle", "source": "MYCELIUM_HANDLE", "value": handle_env},
+        {"what": "handle", "source": where, "value": member.get("handle")},
         {"what": "handle", "source": "login name" if os.environ.get("USER") else "default",
          "value": login},
-        {"what": "token", "source": "MYCELIUM_TOKEN", "value": None if not token else f"{token[:12]}…"},
+        {"what": "token", "source": "MYCELIUM_TOKEN", "value": _shown(token)},
+        {"what": "token", "source": where, "value": _shown(member.get("token"))},
     ]
+
+
+def _shown(token: str | None) -> str | None:
+    return None if not token else f"{token[:12]}…"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -26,18 +26,18 @@ RECHECK_SECONDS = 30.0
 
 async def await_next(
     hub: Hub, room: str, handle: str, *, episode: str | None = None, timeout: float = 0.0,
-    gone: Callable[[], Awaitable[None]] | None = None,
+    gone: Callable[[], Awaitable[None]] | None = None, verbs: Verbs | None = None,
 ) -> Any | None:
     """The next message for ``handle`` in ``room`` (or thread ``episode``), or ``None`` on timeout.
 
     ``gone``, when given, completes when the caller no longer wants the answer (the HTTP client
     hung up): the wait stops without taking anything, so the message stays pending for the next
-    await instead of being delivered to nobody.
+    await instead of being delivered to nobody. ``verbs`` carries a gated request's principal.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + (timeout if timeout > 0 else MAX_WAIT_SECONDS)
     waiters = await waiters_of(hub)
-    verbs = verbs_of(hub)
+    verbs = verbs or verbs_of(hub)
     me = normalize_handle(handle)
     event = waiters.for_handle(room, me)  # registered before the quiet test: no hint falls between
     quiet = waiters.quiet_until(room, me) if episode is None else None

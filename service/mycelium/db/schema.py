@@ -34,6 +34,9 @@ SQL_FILES = (
     "handles.sql", "conversations.sql", "floors.sql", "participation.sql", "message_search.sql",
     "settings.sql",
     "workers.sql",
+    "joins.sql",
+    "audit.sql",
+    "privacy.sql",
     "catalogue.sql",
 )
 

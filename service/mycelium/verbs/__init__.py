@@ -7,7 +7,8 @@ holds the request models and the shapes of answers that every transport shares (
 ``memories``, ``board``, ``messages``, ``transitions``, ``settings``).
 """
 
-from mycelium.verbs.actor import HUB_PROCESS, KINDS, NOBODY, Actor, Kind
+from mycelium.verbs.actor import HUB_PRINCIPAL, HUB_PROCESS, KINDS, NOBODY, Actor, Kind, Principal
 from mycelium.verbs.gateway import Session, Verbs, verbs_of, verbs_on
 
-__all__ = ["HUB_PROCESS", "KINDS", "NOBODY", "Actor", "Kind", "Session", "Verbs", "verbs_of", "verbs_on"]
+__all__ = ["HUB_PRINCIPAL", "HUB_PROCESS", "KINDS", "NOBODY", "Actor", "Kind", "Principal", "Session",
+           "Verbs", "verbs_of", "verbs_on"]

@@ -54,3 +54,8 @@ NOBODY = Actor(None)
 HUB_PROCESS = Actor(None, "operator", "hub")
 """The hub's own work (its background loops, heartbeats, health and commands run on the database):
 no handle is declared, and what it writes names its author itself (``system``, ``env``)."""
+
+
+HUB_PRINCIPAL = Principal("hub", "operator", "hub", "hub")
+"""The hub's own loops, as the database sees them: an operator (they mirror, index and sweep every
+room, private ones included)."""

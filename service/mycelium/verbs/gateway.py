@@ -27,7 +27,7 @@ import asyncpg
 
 from mycelium.db.queries import Query, query
 from mycelium.errors import Refusal, refusal_from_db
-from mycelium.verbs.actor import Actor, Principal
+from mycelium.verbs.actor import HUB_PRINCIPAL, Actor, Principal
 
 if TYPE_CHECKING:
     from mycelium.hub import Hub
@@ -87,24 +87,55 @@ def admit(principal: Principal | None, q: Query, actor: Actor) -> Actor:
     off, and the declared actor is taken as it is). An operator may act for the handle the request
     declares and call the administrative verbs (``-- needs: operator``); anyone else acts as their
     own handle (so a write naming another author is refused by the database's author rule, 403
-    ``actor_mismatch``), and a viewer calls no verb that writes."""
-    if principal is None:
+    ``actor_mismatch``), and a viewer calls no verb that writes. The hub's own loops
+    (``HUB_PRINCIPAL``) are taken as they declare themselves."""
+    if principal is None or principal is HUB_PRINCIPAL:
         return actor
     if q.needs == "operator" and principal.role != "operator":
         raise Refusal(403, "operator_only", f"{q.name} is an operator's verb; @{principal.handle} is "
                       f"{'a viewer' if principal.role == 'viewer' else 'an agent'}",
                       {"verb": q.name, "role": principal.role})
-    if "actor" not in q.params:
-        return actor  # a read, or a verb fenced otherwise (a transition by its lease's owner)
-    if principal.role == "viewer":
+    if q.needs == "writer" and principal.role == "viewer":
         raise Refusal(403, "read_only", f"@{principal.handle} is a viewer and may only read",
                       {"verb": q.name, "role": "viewer"})
+    if "actor" not in q.params:
+        return actor  # it names no actor (a transition is fenced by its lease's owner instead)
     if principal.role == "operator":
         if actor.handle is None:
             return Actor(principal.handle, "operator", principal.subject)
         return Actor(actor.handle, actor.kind, principal.subject)
     kind = actor.kind if actor.handle is not None and actor.kind in ("person", "agent") else "agent"
     return Actor(principal.handle, kind, principal.subject)
+
+
+async def declare_principal(conn: asyncpg.Connection, principal: Principal) -> None:
+    """Tell the database who asks, for the rest of the transaction (sql/privacy.sql)."""
+    await conn.execute(_DECLARE_PRINCIPAL, principal.handle, principal.role)
+
+
+_DECLARE_PRINCIPAL = ("SELECT set_config('mycelium.principal', $1, true), "
+                      "set_config('mycelium.principal_role', $2, true)")
+
+
+def _literal(text: str) -> str:
+    """A SQL string literal (standard conforming strings: only the quote is doubled)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+async def _as_principal(conn: asyncpg.Connection, principal: Principal, q: Query, args: list[Any]) -> Any:
+    """One call in a transaction of its own that first declares the principal: the BEGIN and the
+    declaration go in one round trip (a simple query; the values quoted as literals), the verb in the
+    next, the COMMIT in a third. (A call cancelled half-way leaves the transaction open: the pool
+    rolls it back when the connection comes back.)"""
+    await conn.execute(f"BEGIN; SELECT set_config('mycelium.principal', {_literal(principal.handle)}, true), "
+                       f"set_config('mycelium.principal_role', {_literal(principal.role)}, true)")
+    try:
+        result = await run(conn, q, args)
+    except Exception:
+        await conn.execute("ROLLBACK")
+        raise
+    await conn.execute("COMMIT")
+    return result
 
 
 def hints_of(q: Query, result: Any) -> str | None:
@@ -132,7 +163,12 @@ class Verbs:
         """Call ``verb`` as ``actor``: a row (or None), rows, a value or None, as the verb returns."""
         q = query(verb)
         actor = admit(self.principal, q, actor)
-        result = await run(self._db, q, bind(q, actor, self._hint is not None, params))
+        args = bind(q, actor, self._hint is not None, params)
+        if self.principal is None:
+            result = await run(self._db, q, args)
+        else:  # the principal is set for the statement's own transaction (row-level security reads it)
+            async with _connection(self._db) as conn:
+                result = await _as_principal(conn, self.principal, q, args)
         if self._hint is not None:
             hints = hints_of(q, result)
             if hints:
@@ -150,6 +186,8 @@ class Verbs:
             if isolation is not None:
                 kwargs["isolation"] = isolation
             async with conn.transaction(**kwargs):
+                if self.principal is not None:
+                    await declare_principal(conn, self.principal)
                 yield session
         if self._hint is not None:
             for hints in session.hints:
@@ -207,7 +245,7 @@ def verbs_of(hub: Hub, principal: Principal | None = None) -> Verbs:
     return Verbs(hub.db, listener.hint if listener is not None else None, principal)
 
 
-def verbs_on(conn: asyncpg.Connection) -> Verbs:
+def verbs_on(conn: asyncpg.Connection, principal: Principal | None = None) -> Verbs:
     """The gateway on one connection (a background loop's own, a command's): its writes' triggers
     send their wake hints themselves."""
-    return Verbs(conn)
+    return Verbs(conn, None, principal)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from mycelium.verbs.actor import HUB_PRINCIPAL
 from mycelium.verbs.gateway import Verbs, verbs_of, verbs_on
 
 if TYPE_CHECKING:
@@ -168,5 +169,7 @@ class LoopContext:
     @property
     def verbs(self) -> Verbs:
         """The verbs on the loop's own connection if it has one (a leader's lock is held there),
-        else on the hub's pool."""
-        return verbs_of(self.hub) if self.conn is None else verbs_on(self.conn)
+        else on the hub's pool; as the hub itself (an operator: it sees every room)."""
+        if self.conn is None:
+            return verbs_of(self.hub, HUB_PRINCIPAL)
+        return verbs_on(self.conn, HUB_PRINCIPAL)
