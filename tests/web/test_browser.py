@@ -78,7 +78,7 @@ async def test_a_person_and_an_agent_work_a_room_live(browser, hub_url, cli, db_
         area = page.locator(".composer textarea")
         await area.click()
         await area.type("thanks @no")
-        await expect(page.locator(".suggest li", has_text="@nova")).to_be_visible()
+        await expect(page.locator(".suggest li", has_text="@nova")).to_be_visible()  # (a shown list)
         await area.press("Enter")
         await area.type("please go ahead")
         assert await area.input_value() == "thanks @nova please go ahead"
@@ -204,6 +204,7 @@ async def test_the_composer_completes_commands_and_memory_links(browser, hub_url
     await area.click()
     await area.type("/cl")
     await expect(page.locator(".suggest li").first).to_contain_text("/claim")
+    await expect(page.locator(".suggest")).to_be_visible()
     await area.press("Enter")
     assert await area.input_value() == "/claim"
     await page.click(".composer button[type=submit]")
@@ -211,6 +212,7 @@ async def test_the_composer_completes_commands_and_memory_links(browser, hub_url
     await expect(area).to_have_value("")
     await area.type("see [[pass")
     await expect(page.locator(".suggest li").first).to_have_text("notes/passkeys")
+    await expect(page.locator(".suggest")).to_be_visible()
     await area.press("Tab")
     assert await area.input_value() == "see [[notes/passkeys]] "
     await page.click(".composer button[type=submit]")

@@ -135,7 +135,7 @@
     area.setAttribute("aria-controls", list.id); area.setAttribute("aria-autocomplete", "list");
     area.after(list);
     let token = null, picked = 0;
-    function close() { list.hidden = true; token = null; }
+    function close() { list.hidden = true; list.innerHTML = ""; list._items = null; token = null; }
     function show(items) {
       list.innerHTML = "";
       items.slice(0, 8).forEach((item, i) => {
@@ -187,7 +187,8 @@
       } else if (e.key === "Enter" || e.key === "Tab") { e.preventDefault(); choose(list._items[picked]); }
       else if (e.key === "Escape") close();
     });
-    area.addEventListener("blur", () => setTimeout(close, 150));
+    // (a pick by mouse blurs the field first; a blur that focus has come back from closes nothing)
+    area.addEventListener("blur", () => setTimeout(() => { if (document.activeElement !== area) close(); }, 150));
   });
 
   // -- keys ---------------------------------------------------------------------------------------
