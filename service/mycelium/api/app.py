@@ -37,6 +37,8 @@ from mycelium.api.transitions import TransitionController
 from mycelium.auth.gate import gate_middleware, start_gate, token_verifier
 from mycelium.hub import Hub
 from mycelium.settings import Settings, load_settings
+from mycelium.web import ROUTES as WEB_ROUTES
+from mycelium.web import template_config
 from mycelium.workers.catalogue import default_loops
 
 
@@ -76,6 +78,7 @@ def create_app(
         *config.ROUTES,
         whoami.whoami, *joins.ROUTES, export.export_room,
         docs.assets_router(),
+        *WEB_ROUTES,
     ]
     return Litestar(
         route_handlers=handlers,
@@ -87,6 +90,7 @@ def create_app(
         middleware=gate_middleware(verifier),
         request_max_body_size=settings.max_body_bytes,
         openapi_config=docs.openapi_config("Mycelium hub", __version__),
+        template_config=template_config(),
         debug=False,
     )
 

@@ -1,0 +1,196 @@
+"""The web app on a busy room: a room page with 1,000 messages and 500 tasks, rendered by a real hub
+process, beside the API's JSON for the same data in the same run; and how long a message posted
+over the API takes to appear in an open page (headless Chromium following the room's stream).
+
+The room: 500 tasks (a third claimed, a sixth resolved), 1,000 messages (half in the room's channel,
+half spread over 50 task threads, each of which also pings the channel). The page shows each board
+column's first 100 rows and the timeline's last 300 entries (paged, not everything at once); the
+API's side is the same reads as JSON (the three board columns, the last 300 timeline messages and
+the members). Both are timed back to back on one keep-alive connection. The tables are analysed after
+the seeding (autovacuum's job on a live database: without statistics the board's view plans badly).
+
+Live: the page posts a message with ``fetch`` to the API and a MutationObserver notes when its text
+is in the timeline, both on the page's clock, so the interval covers the POST, the commit, the wake,
+the stream's event, the page's re-read of its parts and the swap.
+
+    python bench/web.py                 # 200 page loads per path, 50 live messages
+    python bench/web.py --loads 50 --live 20 --no-write
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import asyncpg
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _db import bench_database
+from _report import machine, stamp, table, write_section
+from tests.support.processes import HubProcess
+from wake import tree_cpu
+
+ROOM = "bench"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def seed(dsn: str, tasks: int, messages: int) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("SELECT * FROM mycelium.create_room($1, NULL, NULL, true, NULL, '{}', 'bench')", ROOM)
+        episodes: list[str] = []
+        for i in range(tasks):
+            row = await conn.fetchrow("SELECT key, episode FROM mycelium.create_task($1, $2, 'ana', NULL, $3)",
+                                      ROOM, f"Task number {i} of the bench", f"agent{i % 7}")
+            episodes.append(row["episode"])
+            if i % 3 == 0:
+                await conn.execute("SELECT * FROM mycelium.claim_task($1, $2, $3)", ROOM, row["key"], f"agent{i % 5}")
+            if i % 6 == 0:
+                await conn.execute("SELECT * FROM mycelium.resolve_task($1, $2, $3)", ROOM, row["key"],
+                                   f"agent{i % 5}")
+        for i in range(messages):
+            episode = None if i % 2 == 0 else episodes[i % 50]
+            await conn.execute("SELECT * FROM mycelium.post_message($1, $2, $3, $4)", ROOM, f"agent{i % 9}",
+                               f"message {i}: some **markdown** and a [[notes/x]] link", episode)
+        await conn.execute("ANALYZE")  # as autovacuum would have by now on a room this size
+    finally:
+        await conn.close()
+
+
+def time_loads(client: httpx.Client, paths: list[str], loads: int) -> list[float]:
+    for path in paths:  # warm up
+        assert client.get(path).status_code == 200, path
+    out = []
+    for _ in range(loads):
+        started = time.perf_counter()
+        for path in paths:
+            r = client.get(path)
+            assert r.status_code == 200
+        out.append(time.perf_counter() - started)
+    return out
+
+
+class Timed(NamedTuple):
+    seconds: list[float]
+    cpu_ms: float  # the hub's and the database server's CPU per load (less at the mercy of other load)
+
+
+def measure(url: str, loads: int, pids: list[int]) -> tuple[Timed, Timed, Timed, int]:
+    """The page, its live parts and the API's JSON for the same data, and the page's size."""
+
+    def timed(client: httpx.Client, paths: list[str]) -> Timed:
+        before = sum(tree_cpu(p) for p in pids)
+        seconds = time_loads(client, paths, loads)
+        return Timed(seconds, 1000 * (sum(tree_cpu(p) for p in pids) - before) / (loads + 1))
+
+    with httpx.Client(base_url=url, timeout=30) as client:
+        page = timed(client, [f"/room/{ROOM}"])
+        size = len(client.get(f"/room/{ROOM}").content)
+        api_paths = [f"/api/rooms/{ROOM}/tasks?filter={f}&limit=100" for f in ("needs_you", "in_flight", "resolved")]
+        api_paths += [f"/api/rooms/{ROOM}/messages?limit=300", f"/api/rooms/{ROOM}/sessions/members"]
+        api = timed(client, api_paths)
+        parts = timed(client, [f"/room/{ROOM}/parts"])
+    return page, parts, api, size
+
+
+LIVE_JS = """async (text) => {
+  const list = document.querySelector('[data-part="timeline"]');
+  const seen = new Promise((resolve) => {
+    const obs = new MutationObserver(() => {
+      if (list.textContent.includes(text)) { obs.disconnect(); resolve(performance.now()); }
+    });
+    obs.observe(list, {subtree: true, childList: true, characterData: true});
+  });
+  const started = performance.now();
+  await fetch('/api/rooms/bench/messages', {method: 'POST', headers: {'Content-Type': 'application/json'},
+    body: JSON.stringify({sender_handle: 'agent1', content: text})});
+  return (await seen) - started;
+}"""
+
+
+async def live(url: str, count: int) -> list[float]:
+    from playwright.async_api import async_playwright
+
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = await browser.new_page()
+        await page.goto(f"{url}/room/{ROOM}")
+        await page.wait_for_selector("[data-live-state]:has-text('live')")
+        out = []
+        for i in range(count):
+            out.append(await page.evaluate(LIVE_JS, f"live probe {i} {time.time()}") / 1000)
+            await asyncio.sleep(0.05)
+        await browser.close()
+    return out
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=500)
+    parser.add_argument("--messages", type=int, default=1000)
+    parser.add_argument("--loads", type=int, default=200)
+    parser.add_argument("--live", type=int, default=50)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    async with bench_database("mycelium_bench_web") as db:
+        await seed(db.dsn, args.tasks, args.messages)
+        scratch = Path(tempfile.mkdtemp(prefix="mycelium-bench-web-"))
+        hub = HubProcess(data_dir=scratch / "hub", database_url=db.dsn, extra=["--no-mirror", "--no-workers"])
+        try:
+            hub.wait_ready()
+            pids = [hub.proc.pid] + ([db.postmaster] if db.postmaster else [])
+            page, parts, api, size = await asyncio.to_thread(measure, hub.url, args.loads, pids)
+            arrivals = await live(hub.url, args.live)
+        finally:
+            hub.stop()
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def row(name: str, values: list[float], cpu: float | None, note: str) -> list[object]:
+        return [name, f"{1000 * statistics.median(values):.1f}", f"{1000 * pct(values, 0.95):.1f}",
+                "" if cpu is None else f"{cpu:.1f}", note]
+
+    rows = [
+        row("room page `/room/<name>` (HTML)", page.seconds, page.cpu_ms, f"one request, {size / 1024:.0f} KiB"),
+        row("its live parts `/room/<name>/parts` (HTML)", parts.seconds, parts.cpu_ms,
+            "what the script re-reads per event"),
+        row("the API's JSON for the same data", api.seconds, api.cpu_ms,
+            "5 requests: 3 board columns, 300 messages, members"),
+        row("a message posted over the API, in an open page", arrivals, None,
+            "POST → commit → stream → parts re-read → swap"),
+    ]
+    text = table(["what", "median ms", "p95 ms", "hub + server CPU ms", "note"], rows)
+    load = os.getloadavg()[0]
+    print(text)
+    if not args.no_write:
+        write_section("web", f"""## The web app (bench/web.py)
+
+A room with {args.tasks} tasks and {args.messages} messages, one hub process (`--no-workers`), {args.loads}
+loads per path back to back on one keep-alive connection; {args.live} live messages in headless Chromium.
+{machine()}; load average {load:.1f} during the run (other work on the machine); {stamp()}.
+
+{text}
+
+The goals: a page in ≤ 50 ms p95 (here {1000 * pct(page.seconds, 0.95):.0f} ms) and a live message in ≤ 200 ms
+p95 (here {1000 * pct(arrivals, 0.95):.0f} ms). The page's CPU, the hub's and the database server's together, is
+{page.cpu_ms / api.cpu_ms:.0%} of what the API's JSON for the same data costs.""")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,113 @@
+"""What each page reads, through the verb gateway (the same verbs the API's routes call)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mycelium.errors import Refusal
+from mycelium.verbs import NOBODY, Verbs
+from mycelium.verbs.board import BoardRow, board_row
+from mycelium.verbs.messages import MessageRead, message_read
+from mycelium.verbs.rooms import RoomRead, room_read
+from mycelium.web import views
+
+#: The board's rows a room page reads (the most recently changed), the rows per column it shows
+#: unless asked for more, and the timeline entries it reads.
+BOARD_LIMIT = 1000
+COLUMN_ROWS = 50
+TIMELINE_WINDOW = 200
+THREAD_LIMIT = 200
+
+
+async def room(verbs: Verbs, name: str) -> RoomRead:
+    row = await verbs.call(NOBODY, "get_room", room=name)
+    if row is None:
+        raise Refusal(404, "room_not_found", f"Room '{name}' not found", {"room": name})
+    return room_read(row)
+
+
+@dataclass
+class Board:
+    """The board's rows by column (the first ``rows`` of each shown), and how many each has."""
+
+    columns: dict[str, list[BoardRow]]
+    counts: dict[str, int]
+    titles: views.Titles  # every row read, by its thread
+
+
+async def board(verbs: Verbs, name: str, rows: int) -> Board:
+    """The board, most recently changed first, in one read (the view derives every row's lease and
+    dependencies at once, so three filtered reads cost three times one); only the rows shown are
+    shaped into models."""
+    read = await verbs.call(NOBODY, "board_rows", room=name, attention=None, namespace=None,
+                            limit=BOARD_LIMIT, offset=0)
+    columns: dict[str, list[BoardRow]] = {attention: [] for attention, _ in views.COLUMNS}
+    counts = dict.fromkeys(columns, 0)
+    for r in read:
+        attention = r["attention"]
+        counts[attention] = counts.get(attention, 0) + 1
+        if counts[attention] <= rows:
+            columns.setdefault(attention, []).append(board_row(r))
+    return Board(columns, counts, {r["episode"]: (r["key"], r["title"]) for r in read})
+
+
+async def recent(verbs: Verbs, name: str) -> tuple[int, list[MessageRead]]:
+    """The room's timeline head and its last ``TIMELINE_WINDOW`` entries, oldest first."""
+    head: int = await verbs.call(NOBODY, "timeline_head", room=name)
+    rows = await verbs.call(NOBODY, "messages_after", room=name, after=max(0, head - TIMELINE_WINDOW),
+                            limit=TIMELINE_WINDOW)
+    return head, [message_read(r) for r in rows]
+
+
+async def members(verbs: Verbs, name: str) -> tuple[list[Any], list[views.Floor]]:
+    present = await verbs.call(NOBODY, "room_members", room=name)
+    floors = views.floors(await verbs.call(NOBODY, "room_floors", room=name))
+    return list(present), floors
+
+
+async def room_page(verbs: Verbs, name: str, rows: int = COLUMN_ROWS) -> dict[str, Any]:
+    """Everything the room page shows (``rows`` per board column)."""
+    now = await verbs.call(NOBODY, "room_clock", room=name)
+    the_room = await room(verbs, name)
+    the_board = await board(verbs, name, rows)
+    head, messages = await recent(verbs, name)
+    present, floors = await members(verbs, name)
+    lines = views.timeline(name, messages, the_board.titles)
+    floor_of = {f.thread: f for f in floors}
+    here = {m["handle"] for m in present}
+    shown = [r for column in the_board.columns.values() for r in column]
+    known = sorted(here | set(the_room.members) | {r.owner for r in shown if r.owner}
+                   | {m.sender_handle for m in messages if m.sender_role != "coordinator"})
+    return {"now": now, "room": the_room, "columns": the_board.columns, "counts": the_board.counts,
+            "column_names": views.COLUMNS, "lines": lines,
+            "head": head, "present": present, "here": here, "floors": floors, "floor_of": floor_of,
+            "handles": known, "seconds_left": views.seconds_left, "rows": rows}
+
+
+async def task_page(verbs: Verbs, name: str, key: str) -> dict[str, Any]:
+    now = await verbs.call(NOBODY, "room_clock", room=name)
+    the_room = await room(verbs, name)
+    row = board_row(await verbs.call(NOBODY, "board_row", room=name, ref=key))
+    memory = await verbs.call(NOBODY, "get_memory", room=name, key=row.key)
+    links = await verbs.call(NOBODY, "memory_links_of", room=name, key=row.key)
+    thread = await verbs.call(NOBODY, "list_messages", room=name, sender=None, message_type=None, kind=None,
+                              status=None, since=None, before_position=None, before_time=None,
+                              episode=row.episode, offset=0, limit=THREAD_LIMIT)
+    head: int = await verbs.call(NOBODY, "timeline_head", room=name)
+    floors = views.floors(await verbs.call(NOBODY, "room_floors", room=name))
+    present, _ = await members(verbs, name)
+    shown = [message_read(m) for m in reversed(thread)]
+    named = {m["handle"] for m in present} | set(the_room.members) | {row.owner or "", row.assignee or ""}
+    handles = sorted((named | {m.sender_handle for m in shown if m.sender_role != "coordinator"}) - {""})
+    depends = memory["meta"].get("depends-on") or []
+    if isinstance(depends, str):
+        depends = [depends]
+    dependents = [b for b in links.get("backlinks", []) if b.get("relation") == "depends-on"]
+    fields = {k: v for k, v in memory["meta"].items() if k not in ("episode",)}
+    body = views.without_title(views.body_text(memory["value"]), row.title)
+    return {"now": now, "room": the_room, "row": row, "body": body,
+            "fields": fields, "depends": depends, "dependents": dependents, "head": head,
+            "thread": shown, "handles": handles,
+            "floor": next((f for f in floors if f.thread == row.short_id), None),
+            "left": views.seconds_left(row, now)}

@@ -1,0 +1,57 @@
+"""A real hub process on the test's database, and Debian's Chromium driven by Playwright (the
+system's browser: nothing is downloaded)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import HubProcess
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+@pytest.fixture(scope="session")
+async def browser() -> AsyncIterator[object]:
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("MYCELIUM_REQUIRE_BROWSER") == "1":  # set by .ci/run: CI never skips these
+            pytest.fail("chromium is not installed (MYCELIUM_REQUIRE_BROWSER=1)")
+        pytest.skip("chromium is not installed")
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        b = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield b
+        finally:
+            await b.close()
+
+
+@pytest.fixture
+def hub_url(db_dsn: str, tmp_path: Path) -> Iterator[str]:
+    hub = HubProcess(data_dir=tmp_path / "hub", database_url=db_dsn, extra=["--no-mirror"])
+    try:
+        hub.wait_ready()
+        yield hub.url
+    finally:
+        hub.stop()
+
+
+@pytest.fixture
+def cli(hub_url: str):
+    """Run the `mycelium` CLI against the hub, as an agent would."""
+
+    def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
+        return subprocess.run([sys.executable, "-m", "mycelium.cli.main", *args], capture_output=True, text=True,
+                              timeout=timeout, env={**env, "MYCELIUM_API_URL": hub_url})
+
+    return run
