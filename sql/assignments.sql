@@ -487,6 +487,13 @@ BEGIN
              p_key, a.owner, h),
       jsonb_build_object('key', p_key, 'owner', a.owner, 'claimed_at', a.claimed_at, 'ttl_minutes', a.ttl_minutes));
   END IF;
+  -- behind the token gate, only an operator forces (sql/privacy.sql declares the principal's role)
+  IF mycelium.task_lease_live(a) AND a.owner <> h
+     AND coalesce(current_setting('mycelium.principal_role', true), '') NOT IN ('', 'operator') THEN
+    PERFORM mycelium.refuse(403, 'operator_only',
+      format('%L is held by @%s: forcing its release is an operator''s word', p_key, a.owner),
+      jsonb_build_object('key', p_key, 'owner', a.owner));
+  END IF;
   waits := CASE WHEN depends THEN mycelium.waiting_on(p_room, p_key) ELSE '{}' END;
   h := set_config('mycelium.actor', h, true);
   INSERT INTO mycelium.assignments AS x (room, key, state, note, note_by)

@@ -5,7 +5,9 @@
 --   hash = sha256(prev_hash_hex || E'\n' || audit_preimage(entry)),   prev_hash of the first is NULL
 --
 -- Recorded: a room deleted, a setting written or cleared, a transition released by an operator, a
--- worker asserted dead, a receipt key registered or retired. Each entry names the actor the gateway
+-- worker asserted dead, a receipt key registered or retired, a lease released by force (as its
+-- released notice says), join codes minted and redeemed and the hub's member-token keys
+-- (sql/joins.sql). Each entry names the actor the gateway
 -- declared and the verified principal behind it (when the token gate is on).
 
 CREATE TABLE mycelium.audit_log (
@@ -149,3 +151,17 @@ END
 $$;
 CREATE OR REPLACE TRIGGER audit_receipt_key AFTER INSERT OR UPDATE ON mycelium.receipt_keys
 FOR EACH ROW EXECUTE FUNCTION mycelium.audit_receipt_key();
+
+-- A forced release, as the board's released notice records it (assignments_after_write decides).
+CREATE OR REPLACE FUNCTION mycelium.audit_forced_release() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM mycelium.audit('lease.force_release', NEW.room, NEW.payload ->> 'key',
+                         jsonb_build_object('holder', NEW.payload ->> 'holder', 'by', NEW.payload ->> 'by',
+                                            'note', NEW.payload ->> 'note'));
+  RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER audit_forced_release AFTER INSERT ON mycelium.messages
+FOR EACH ROW WHEN (NEW.payload_type = 'notice' AND NEW.payload ->> 'subkind' = 'released'
+                   AND NEW.payload ->> 'forced' = 'true')
+EXECUTE FUNCTION mycelium.audit_forced_release();

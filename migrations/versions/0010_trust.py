@@ -91,6 +91,7 @@ def downgrade() -> None:
       DROP TRIGGER IF EXISTS audit_setting_written ON mycelium.config;
       DROP TRIGGER IF EXISTS audit_transition_operator ON mycelium.transitions;
       DROP TRIGGER IF EXISTS audit_receipt_key ON mycelium.receipt_keys;
+      DROP TRIGGER IF EXISTS audit_forced_release ON mycelium.messages;
       DROP FUNCTION IF EXISTS mycelium.audit_preimage(mycelium.audit_log);
       DROP TABLE mycelium.audit_log;
       DROP FUNCTION IF EXISTS mycelium.ensure_hub_key(text, jsonb, bytea),

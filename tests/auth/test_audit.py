@@ -69,3 +69,23 @@ async def test_an_operator_release_of_a_transition_is_recorded(client, admin_con
     assert r.status_code == 200, r.text
     entry = (await _trail(admin_conn))[-1]
     assert (entry["action"], entry["target"], entry["actor"]) == ("transition.release", "req-1", "ops")
+
+
+async def test_a_forced_release_needs_an_operator_behind_the_gate_and_is_recorded(gated, provider, admin_conn):
+    alice, bob = bearer(provider.token("alice")), bearer(provider.token("bob"))
+    olga = bearer(provider.token("olga", role="operator"))
+    assert (await gated.post("/api/rooms", json={"name": "atlas"}, headers=alice)).status_code == 201
+    key = (await gated.post("/api/rooms/atlas/tasks", json={"title": "Ship", "handle": "alice"},
+                            headers=alice)).json()["key"]
+    r = await gated.post("/api/rooms/atlas/assignments/claim", json={"key": key, "handle": "alice"}, headers=alice)
+    assert r.status_code == 200, r.text
+    r = await gated.post("/api/rooms/atlas/assignments/release", json={"key": key, "handle": "bob", "force": True},
+                         headers=bob)
+    assert r.status_code == 403 and r.json()["error"] == "operator_only", r.text
+    r = await gated.post("/api/rooms/atlas/assignments/release",
+                         json={"key": key, "handle": "olga", "force": True, "note": "stuck"}, headers=olga)
+    assert r.status_code == 200, r.text
+    entry = (await _trail(admin_conn))[-1]
+    assert (entry["action"], entry["room"], entry["target"], entry["principal"]) == \
+        ("lease.force_release", "atlas", key, "olga")
+    assert entry["detail"] == {"holder": "alice", "by": "olga", "note": "stuck"}
