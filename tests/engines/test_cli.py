@@ -68,7 +68,7 @@ async def test_a_person_coordinates_a_task_from_the_cli_and_reads_the_episode(
 def test_the_flow_demo_runs_review_then_concord_with_member_processes(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "MYCELIUM_API_URL")}
     done = subprocess.run(
-        [sys.executable, "-m", "mycelium.cli.main", "engine", "demo"],
+        [sys.executable, "-m", "mycelium.cli.main", "demo", "flow"],  # (also: mycelium engine demo)
         capture_output=True,
         text=True,
         env={**env, "TMPDIR": str(tmp_path)},

@@ -56,6 +56,7 @@ def create_app(
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         await hub.start()
         app.state.member_tokens = None if verifier is None else await start_gate(hub, verifier)
+        app.state.token_verifier = verifier
         app.state.hub = hub
         if on_ready is not None:
             on_ready(hub)

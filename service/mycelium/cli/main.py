@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "transitions": ("mycelium.cli.transitions", "the transition ledger: ls, show, release, dead"),
     "receipts": ("mycelium.cli.receipts", "signed receipts: verify, export, public-key, rotate-key"),
     "run": ("mycelium.cli.run", "run a Python app with the configured tools ledgered (-- python -m app)"),
-    "demo": ("mycelium.cli.demo", "see the redispatch bug and the fix (two processes, embedded database)"),
+    "demo": ("mycelium.cli.demo", "see the redispatch bug and its fix; demo flow: a conductor at work"),
     "export": ("mycelium.cli.export", "a room's signed compliance bundle (export verify BUNDLE checks one)"),
     "join": ("mycelium.cli.join", "redeem a join code: this folder acts as that room's member"),
     "whoami": ("mycelium.cli.whoami", "who the CLI acts as on the hub, and where that comes from"),

@@ -122,7 +122,7 @@ async def lease_action(verbs: Verbs, room: str, action: str, key: str, handle: s
     elif action == "release":
         release = checked(ReleaseBody, key=key, handle=handle, note=note)
         await verbs.call(actor, "release_task", room=room, key=release.key, handle=release.handle,
-                         note=release.note)
+                         note=release.note, force=False)
     elif action == "resolve":
         resolve = checked(ResolveBody, key=key, handle=handle)
         await verbs.call(actor, "resolve_task", room=room, key=resolve.key, handle=resolve.handle)
@@ -132,18 +132,14 @@ async def lease_action(verbs: Verbs, room: str, action: str, key: str, handle: s
 
 @post("/room/{name:str}/tasks")
 async def file_task(request: Request[Any, Any, Any], verbs: VerbsDep, name: FromPath[str]) -> Redirect:
-    """File a task; its dependencies are written in the same transaction (all or nothing)."""
+    """File a task with its dependencies, in one statement (all or nothing)."""
     form = await form_of(request)
     body = checked(TaskCreate, title=form.get("title", ""), handle=form.get("handle", ""),
                    assignee=form.get("assignee"), parent=form.get("parent"))
     depends = [d.strip() for d in re.split(r"[,\s]+", form.get("depends_on", "")) if d.strip()]
-    actor = Actor.declared(body.handle, "person")
-    async with verbs.transaction() as tx:
-        row = await tx.call(actor, "create_task", room=name, title=body.title, handle=body.handle, key=None,
-                            assignee=body.assignee, parent=body.parent)
-        if depends:
-            await tx.call(actor, "write_fields", room=name, key=row["key"], handle=body.handle,
-                          fields={"depends-on": depends if len(depends) > 1 else depends[0]})
+    await verbs.call(Actor.declared(body.handle, "person"), "create_task", room=name, title=body.title,
+                     handle=body.handle, key=None, assignee=body.assignee, parent=body.parent,
+                     depends_on=depends or None)
     return done(back(form, room_path(name)), body.handle)
 
 

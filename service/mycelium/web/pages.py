@@ -12,6 +12,7 @@ from litestar.params import FromPath, FromQuery
 from litestar.response import Template
 
 from mycelium.api.deps import Annotated, HubDep, Query, VerbsDep
+from mycelium.auth.middleware import principal_in
 from mycelium.conversations import search
 from mycelium.errors import Refusal
 from mycelium.verbs import NOBODY, Actor
@@ -24,7 +25,11 @@ HANDLE_COOKIE = "mycelium_handle"
 
 
 def handle_of(request: Request[Any, Any, Any]) -> str:
-    """The handle this browser last wrote as (declared, not verified: there is no login yet)."""
+    """Who this browser writes as: the signed-in principal on a gated hub, else the handle it last
+    wrote as (declared, not verified)."""
+    principal = principal_in(request.scope)
+    if principal is not None:
+        return principal.handle
     return request.cookies.get(HANDLE_COOKIE, "")[:200]
 
 
