@@ -8,35 +8,15 @@ import asyncio
 import time
 
 import httpx
-import pytest
 
 from mycelium.auth import codes
-from tests.auth.conftest import Provider, bearer
-from tests.support.processes import HubProcess
-
-SECRET = "a deployment secret of at least thirty-two characters"
+from tests.auth.conftest import bearer
 
 
 def test_codes_are_normalised_before_hashing():
     code = codes.new_code()
     assert len(code) == 14 and code.count("-") == 2
     assert codes.code_hash(code.upper().replace("-", " ")) == codes.code_hash(code)
-
-
-@pytest.fixture
-def replicas(pg_server, tmp_path, provider: Provider):
-    name = asyncio.run(pg_server.create_database())
-    env = {"MYCELIUM_AUTH": "on", "MYCELIUM_AUTH_ISSUERS": provider.issuers(), "MYCELIUM_AUTH_SECRET": SECRET}
-    hubs = [HubProcess(data_dir=tmp_path / f"hub{i}", database_url=pg_server.dsn(name),
-                       extra=["--no-mirror", *(["--no-workers"] if i else [])], env=env) for i in range(2)]
-    try:
-        for h in hubs:
-            h.wait_ready()
-        yield hubs
-    finally:
-        for h in hubs:
-            h.stop()
-        asyncio.run(pg_server.drop_database(name))
 
 
 def test_a_code_minted_on_one_replica_is_redeemed_once_on_another_and_its_token_opens_the_room(

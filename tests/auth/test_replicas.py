@@ -10,26 +10,9 @@ import subprocess
 import sys
 
 import httpx
-import pytest
 
-from tests.auth.conftest import Provider, bearer
+from tests.auth.conftest import bearer
 from tests.support.processes import HubProcess
-
-
-@pytest.fixture
-def replicas(pg_server, tmp_path, provider: Provider):
-    name = asyncio.run(pg_server.create_database())
-    env = {"MYCELIUM_AUTH": "on", "MYCELIUM_AUTH_ISSUERS": provider.issuers()}
-    hubs = [HubProcess(data_dir=tmp_path / f"hub{i}", database_url=pg_server.dsn(name),
-                       extra=["--no-mirror", *(["--no-workers"] if i else [])], env=env) for i in range(2)]
-    try:
-        for h in hubs:
-            h.wait_ready()
-        yield hubs
-    finally:
-        for h in hubs:
-            h.stop()
-        asyncio.run(pg_server.drop_database(name))
 
 
 def cli(url: str, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
