@@ -9,7 +9,7 @@ from typing import Any
 from litestar import Request, get, post
 from litestar.response import Redirect, Template
 
-from mycelium.api.deps import VerbsDep
+from mycelium.api.deps import Annotated, Query, VerbsDep
 from mycelium.auth import codes
 from mycelium.auth.member_tokens import MemberTokensUnavailable
 from mycelium.auth.middleware import TOKEN_COOKIE, principal_in
@@ -29,10 +29,11 @@ def _login(request: Request[Any, Any, Any], next_path: str, problem: str | None 
 
 
 @get("/login")
-async def login_page(request: Request[Any, Any, Any], next: str = "/") -> Template:
+async def login_page(request: Request[Any, Any, Any], target: Annotated[str, Query(name="next")] = "/"
+                     ) -> Template:
     verifier: TokenVerifier | None = request.app.state.get("token_verifier")
     problem = None if verifier is not None else "this hub is open: nobody needs to sign in"
-    return _login(request, back({"back": next}, "/"), problem)
+    return _login(request, back({"back": target}, "/"), problem)
 
 
 @post("/login")
