@@ -258,7 +258,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('verify_receipt_chain', 'read'),
     -- private rooms (sql/privacy.sql): what the policies call as the app role
     ('principal', 'read'), ('rooms_open', 'read'), ('hidden_rooms', 'read'), ('room_visible', 'read'),
-    ('administrator_session', 'read'),
+    ('administrator_session', 'read'), ('private_rooms_closed', 'read'), ('room_admits', 'inlined'),
     -- join codes and the hub's member-token keys (sql/joins.sql)
     ('mint_join_code', 'write'), ('redeem_join_code', 'write'), ('ensure_hub_key', 'write'),
     ('rotate_hub_key', 'write'),

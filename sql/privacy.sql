@@ -34,14 +34,29 @@ BEGIN
 END
 $$;
 
+-- Is the token gate closed: the hub-wide auth.gate on?
+CREATE OR REPLACE FUNCTION mycelium.private_rooms_closed() RETURNS boolean
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = mycelium, public, pg_temp AS $$
+BEGIN
+  RETURN coalesce((SELECT value = 'true'::jsonb FROM mycelium.config WHERE name = 'auth.gate' AND room = ''),
+                  false);
+END
+$$;
+
+-- Does a room admit a handle (NULL: nobody declared)? Public rooms admit anyone; a private one its
+-- owner and its members.
+CREATE OR REPLACE FUNCTION mycelium.room_admits(r mycelium.rooms, who text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT r.is_public OR coalesce(r.owner = who OR who = ANY (r.members), false)
+$$;
+
 -- Does the gate leave every room open to the one asking? (No gate, an operator, or an
 -- administrator's own session with no principal declared.)
 CREATE OR REPLACE FUNCTION mycelium.rooms_open() RETURNS boolean
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = mycelium, public, pg_temp AS $$
 BEGIN
   RETURN coalesce(current_setting('mycelium.principal_role', true), '') = 'operator'
-      OR NOT coalesce((SELECT value = 'true'::jsonb FROM mycelium.config
-                       WHERE name = 'auth.gate' AND room = ''), false)
+      OR NOT mycelium.private_rooms_closed()
       OR (mycelium.principal() IS NULL AND mycelium.administrator_session());
 END
 $$;
@@ -56,9 +71,7 @@ BEGIN
   IF mycelium.rooms_open() THEN
     RETURN '{}';
   END IF;
-  RETURN coalesce((SELECT array_agg(name) FROM mycelium.rooms
-                   WHERE NOT is_public AND (who IS NULL OR (owner IS DISTINCT FROM who AND NOT who = ANY (members)))),
-                  '{}');
+  RETURN coalesce((SELECT array_agg(r.name) FROM mycelium.rooms r WHERE NOT mycelium.room_admits(r, who)), '{}');
 END
 $$;
 
@@ -70,8 +83,7 @@ DECLARE
   who text := mycelium.principal();
 BEGIN
   RETURN p_room IS NULL
-      OR coalesce((SELECT r.is_public OR r.owner = who OR who = ANY (r.members)
-                   FROM mycelium.rooms r WHERE r.name = p_room), true)
+      OR coalesce((SELECT mycelium.room_admits(r, who) FROM mycelium.rooms r WHERE r.name = p_room), true)
       OR mycelium.rooms_open();
 END
 $$;
@@ -117,8 +129,7 @@ $$;
 CREATE OR REPLACE FUNCTION mycelium.apply_privacy() RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
   t record;
-  closed boolean := coalesce((SELECT value = 'true'::jsonb FROM mycelium.config
-                              WHERE name = 'auth.gate' AND room = ''), false);
+  closed boolean := mycelium.private_rooms_closed();
 BEGIN
   FOR t IN SELECT * FROM mycelium.room_scoped_tables() LOOP
     IF closed IS DISTINCT FROM (SELECT relrowsecurity FROM pg_class

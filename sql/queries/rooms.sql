@@ -28,7 +28,7 @@ LIMIT 1
 -- name: list_rooms
 -- the public rooms, and the private ones the actor owns or belongs to; a substring filter on names
 SELECT * FROM mycelium.rooms
-WHERE (is_public OR (:actor::text IS NOT NULL AND (owner = :actor OR :actor = ANY (members))))
+WHERE mycelium.room_admits(rooms, :actor::text)
   AND (:name::text IS NULL OR strpos(name, :name) > 0)
 ORDER BY name
 OFFSET :skip LIMIT :limit

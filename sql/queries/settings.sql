@@ -13,4 +13,4 @@ SELECT * FROM mycelium.write_setting(:name, :value, mycelium.acting(:room, :acto
 -- name: private_rooms_closed
 -- returns: value
 -- whether the hub-wide auth.gate is on (row-level security closes private rooms; sql/privacy.sql)
-SELECT coalesce((SELECT value = 'true'::jsonb FROM mycelium.config WHERE name = 'auth.gate' AND room = ''), false)
+SELECT mycelium.private_rooms_closed()

@@ -94,7 +94,14 @@ async def test_in_sql_a_write_into_a_private_room_is_refused_for_a_non_member(ga
         with pytest.raises(asyncpg.PostgresError) as refused:
             await admin_conn.execute(statement)
         assert refused.value.sqlstate == "MY404" and "vault" in str(refused.value), statement
+    # reads of the verbs (run as their owner) hide it too, from a principal and from nobody
+    for principal in ("carol", None):
+        await _as_app(admin_conn, principal)
+        with pytest.raises(asyncpg.PostgresError) as refused:
+            await admin_conn.fetchval("SELECT mycelium.room_known('vault')")
+        assert refused.value.sqlstate == "MY404", principal
     await _as_app(admin_conn, "bob")
+    assert await admin_conn.fetchval("SELECT mycelium.room_known('vault')") is True
     await admin_conn.execute("SELECT * FROM mycelium.write_memory('vault', 'x/y', '\"ours\"', 'bob')")
 
 
