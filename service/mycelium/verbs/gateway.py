@@ -108,27 +108,20 @@ def admit(principal: Principal | None, q: Query, actor: Actor) -> Actor:
     return Actor(principal.handle, kind, principal.subject)
 
 
-async def declare_principal(conn: asyncpg.Connection, principal: Principal) -> None:
-    """Tell the database who asks, for the rest of the transaction (sql/privacy.sql)."""
-    await conn.execute(_DECLARE_PRINCIPAL, principal.handle, principal.role)
-
-
-_DECLARE_PRINCIPAL = ("SELECT set_config('mycelium.principal', $1, true), "
-                      "set_config('mycelium.principal_role', $2, true)")
-
-
-def _literal(text: str) -> str:
-    """A SQL string literal (standard conforming strings: only the quote is doubled)."""
-    return "'" + text.replace("'", "''") + "'"
+def declaration(principal: Principal) -> str:
+    """The statement that tells the database who asks, for the rest of the transaction
+    (sql/privacy.sql): a simple query, its values quoted as literals (standard conforming strings:
+    only the quote is doubled), so it can share a round trip with the BEGIN."""
+    handle, role = (v.replace("'", "''") for v in (principal.handle, principal.role))
+    return (f"SELECT set_config('mycelium.principal', '{handle}', true), "
+            f"set_config('mycelium.principal_role', '{role}', true)")
 
 
 async def _as_principal(conn: asyncpg.Connection, principal: Principal, q: Query, args: list[Any]) -> Any:
     """One call in a transaction of its own that first declares the principal: the BEGIN and the
-    declaration go in one round trip (a simple query; the values quoted as literals), the verb in the
-    next, the COMMIT in a third. (A call cancelled half-way leaves the transaction open: the pool
-    rolls it back when the connection comes back.)"""
-    await conn.execute(f"BEGIN; SELECT set_config('mycelium.principal', {_literal(principal.handle)}, true), "
-                       f"set_config('mycelium.principal_role', {_literal(principal.role)}, true)")
+    declaration go in one round trip, the verb in the next, the COMMIT in a third. (A call cancelled
+    half-way leaves the transaction open: the pool rolls it back when the connection comes back.)"""
+    await conn.execute("BEGIN; " + declaration(principal))
     try:
         result = await run(conn, q, args)
     except Exception:
@@ -187,7 +180,7 @@ class Verbs:
                 kwargs["isolation"] = isolation
             async with conn.transaction(**kwargs):
                 if self.principal is not None:
-                    await declare_principal(conn, self.principal)
+                    await conn.execute(declaration(self.principal))
                 yield session
         if self._hint is not None:
             for hints in session.hints:
