@@ -22,7 +22,7 @@
 CREATE TABLE mycelium.engines (
   room text NOT NULL REFERENCES mycelium.rooms (name) ON DELETE CASCADE,
   handle text NOT NULL CONSTRAINT engine_handle_normalised CHECK (mycelium.handle_is_normalised(handle)),
-  kind text NOT NULL CONSTRAINT engine_kind_known CHECK (kind IN ('conductor', 'persona')),
+  kind text NOT NULL CONSTRAINT engine_kind_known CHECK (kind IN ('conductor', 'persona', 'aligner', 'synthesizer')),
   description text NOT NULL DEFAULT '',
   created_by text NOT NULL,
   created_at timestamptz NOT NULL DEFAULT now(),
@@ -84,12 +84,15 @@ CREATE TABLE mycelium.engine_runs (
   created_at timestamptz NOT NULL DEFAULT now(),
   updated_at timestamptz NOT NULL DEFAULT now(),
   closed_at timestamptz,
+  assignments jsonb CONSTRAINT run_assignments_object CHECK (jsonb_typeof(assignments) = 'object'),
   PRIMARY KEY (room, id),
   CONSTRAINT run_short_id_unique UNIQUE (room, short_id),
   CONSTRAINT one_run_per_summon UNIQUE (room, summon_id)
 );
 CREATE UNIQUE INDEX engine_runs_one_per_thread ON mycelium.engine_runs (room, episode) WHERE state = 'open';
 CREATE INDEX engine_runs_open ON mycelium.engine_runs (lease_until) WHERE state = 'open';
+COMMENT ON COLUMN mycelium.engine_runs.assignments IS
+  'The agreement a converged run carries ({issue: value}); NULL when there is none.';
 
 CREATE TABLE mycelium.engine_trace (
   room text NOT NULL,
@@ -132,7 +135,7 @@ CREATE TABLE mycelium.persona_turns (
 -- Rules on the timeline.
 
 CREATE OR REPLACE FUNCTION mycelium.engine_kinds() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
-  SELECT ARRAY['conductor', 'persona']
+  SELECT ARRAY['conductor', 'persona', 'aligner', 'synthesizer']
 $$;
 
 -- Is p_handle (normalised) an engine of p_room: registered there, or one of the reserved handles?

@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     c = esub.add_parser("create", help="register an engine in a room (writes its agents/<handle> manifest)")
     c.add_argument("engine", help="its handle, e.g. conductor")
-    c.add_argument("--kind", choices=("conductor", "persona"), default="conductor")
+    c.add_argument("--kind", choices=("conductor", "persona", "aligner", "synthesizer"), default="conductor")
     c.add_argument(
         "--description",
         default="",

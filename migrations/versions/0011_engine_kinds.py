@@ -1,0 +1,37 @@
+"""Two more engine kinds, the aligner (negotiations on NEGMAS) and the synthesizer (a room's
+transcript distilled into memory), and the agreement a converged run carries (engine_runs.assignments)
+
+Revision ID: 0011_engine_kinds
+Revises: 0010_trust
+Create Date: 2026-12-02
+"""
+
+from alembic import op
+
+from mycelium.db.migrate import run_as_owner
+
+revision = "0011_engine_kinds"
+down_revision = "0010_trust"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    run_as_owner(op, """
+      ALTER TABLE mycelium.engines DROP CONSTRAINT engine_kind_known;
+      ALTER TABLE mycelium.engines ADD CONSTRAINT engine_kind_known
+        CHECK (kind IN ('conductor', 'persona', 'aligner', 'synthesizer'));
+      ALTER TABLE mycelium.engine_runs ADD COLUMN assignments jsonb
+        CONSTRAINT run_assignments_object CHECK (jsonb_typeof(assignments) = 'object');
+      COMMENT ON COLUMN mycelium.engine_runs.assignments IS
+        'The agreement a converged run carries ({issue: value}); NULL when there is none.';
+    """)
+
+
+def downgrade() -> None:
+    run_as_owner(op, """
+      DELETE FROM mycelium.engines WHERE kind IN ('aligner', 'synthesizer');
+      ALTER TABLE mycelium.engine_runs DROP COLUMN IF EXISTS assignments;
+      ALTER TABLE mycelium.engines DROP CONSTRAINT engine_kind_known;
+      ALTER TABLE mycelium.engines ADD CONSTRAINT engine_kind_known CHECK (kind IN ('conductor', 'persona'));
+    """)
