@@ -142,16 +142,20 @@ RETURNS mycelium.lease_read LANGUAGE sql STABLE AS $$
     a.version)::mycelium.lease_read
 $$;
 
--- Every work/ row's lease.
+-- Every work/ row's lease. (room and key are the memory's own columns, not the function's, so a
+-- filter on them reaches the memories' index and the lease is derived for the rows asked for only.)
 CREATE OR REPLACE VIEW mycelium.lease_states AS
-  SELECT l.*
+  SELECT m.room, m.key, l.episode, l.version, l.title, l.assignment, l.stored_state, l.owner, l.claimed_at,
+         l.ttl_minutes, l.expires_at, l.freshness, l.assignment_note, l.assignment_note_by, l.waiting_on,
+         l.claim_id, l.lease_version
   FROM mycelium.memories m
   LEFT JOIN mycelium.assignments a ON a.room = m.room AND a.key = m.key
   CROSS JOIN LATERAL mycelium.lease_read(m, a) l
   WHERE mycelium.is_assignable_key(m.key);
 
 -- Every board row with what a board shows: status, kind, priority, lease, what it waits on, and
--- where it needs attention (resolved > in_flight > needs_you).
+-- where it needs attention (resolved > in_flight > needs_you). The lease is derived from the row's
+-- own memory and lease row, for the board rows a read asks for only.
 CREATE OR REPLACE VIEW mycelium.board_rows AS
   SELECT m.room, m.key, split_part(m.key, '/', 1) AS namespace,
          mycelium.memory_title(m.value, m.meta) AS title,
@@ -166,7 +170,8 @@ CREATE OR REPLACE VIEW mycelium.board_rows AS
               WHEN m.meta ->> 'status' = 'in_review' OR l.assignment = 'held' THEN 'in_flight'
               ELSE 'needs_you' END AS attention
   FROM mycelium.memories m
-  LEFT JOIN mycelium.lease_states l ON l.room = m.room AND l.key = m.key
+  LEFT JOIN mycelium.assignments a ON a.room = m.room AND a.key = m.key
+  LEFT JOIN LATERAL mycelium.lease_read(m, a) l ON mycelium.is_assignable_key(m.key)
   WHERE mycelium.is_board_key(m.key);
 
 -- ---------------------------------------------------------------------------------------------
