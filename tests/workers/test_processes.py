@@ -195,7 +195,7 @@ async def test_a_mirror_that_cannot_write_warns_and_the_process_shows_as_degrade
     spawned.append(hub)
     first = hub.wait_ready()
     assert first["status"] == "ok" and {lp["loop"] for lp in first["loops"]} == {"sweeper", "settings", "mirror",
-                                                                                 "receipts", "engines"}
+                                                                                 "receipts", "engines", "compile"}
     await admin_conn.execute("SELECT mycelium.create_room('broken')")
     await admin_conn.execute("SELECT 1 FROM mycelium.write_memory('broken', 'note', '\"cannot be written\"', 'psql')")
 
