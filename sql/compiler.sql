@@ -103,8 +103,9 @@ END
 $$;
 
 -- File a job's task lines (p_lines: [{text, assignee?}], in order) as work/ rows, as the run's
--- engine, in one transaction; p_source says whether the model wrote them ('model') or they are the
--- agreement as it is ('raw', with p_note saying why). Refused: 409 compile_not_held when the job is
+-- engine, in one transaction (the rows, the job closed, a word in the thread, the record); p_source
+-- says whether the model wrote them ('model') or they are the agreement as it is ('raw', with
+-- p_note saying why). Refused: 409 compile_not_held when the job is
 -- done or another worker holds it (nothing is filed twice), 403 when the caller is not the engine,
 -- 422 without lines.
 CREATE OR REPLACE FUNCTION mycelium.file_compiled_tasks(
@@ -169,8 +170,9 @@ BEGIN
                   THEN format(' The model did not compile the agreement (%s), so each agreed term is a row as it was agreed.',
                               coalesce(p_note, 'no reason given'))
                   ELSE '' END;
-  BEGIN
-    PERFORM mycelium.post_message(p_room, r.engine, said, r.episode, '{}', 'exchange', NULL, 'message',
+  BEGIN  -- in the task's thread; in the room's channel when the task (and so its thread) is gone
+    PERFORM mycelium.post_message(p_room, r.engine, said, CASE WHEN parent IS NOT NULL THEN r.episode END, '{}',
+      'exchange', NULL, 'message',
       jsonb_build_object('compiled', jsonb_build_object('run', r.short_id, 'source', p_source, 'note', p_note,
                                                         'tasks', to_jsonb(keys), 'parent', parent)),
       '{}', 'coordinator');
