@@ -196,3 +196,21 @@ async def test_a_worker_that_lost_its_lease_to_another_files_nothing(admin_conn,
     await asyncio.sleep(0.5)
     assert [r["key"] for r in await filed_rows(admin_conn)] == ["work/fast"]
     assert await admin_conn.fetchval("SELECT count(*) FROM mycelium.compiled_tasks") == 1
+
+
+async def test_behind_the_token_gate_the_agreements_of_private_rooms_are_compiled_too(
+    admin_conn, compile_workers, tmp_path
+):
+    """The workers read as the app role; with the gate closed a private room's rows are hidden from a
+    session that declares no principal. The compile loop acts as the hub itself and sees them."""
+    await admin_conn.execute("SELECT mycelium.create_room('vault', NULL, NULL, false, 'julia', '{nova}', 'julia')")
+    await setup_room(admin_conn, "lobby")
+    await admin_conn.execute(
+        "SELECT * FROM mycelium.create_engine('vault', 'aligner', 'aligner', 'negotiates', 'julia')")
+    await admin_conn.execute("SELECT * FROM mycelium.write_setting('auth.gate', 'true', '', 'ops')")
+    key, _, run = await converged_task(admin_conn, "Secret pricing", {"price": 20}, room="vault")
+    compile_workers(MYCELIUM_MODEL_SCRIPT=script(tmp_path, RULES)).wait_ready()
+    job = await compiled(admin_conn, run, room="vault")
+    assert job["source"] == "raw"  # (no rule for this agreement: the raw terms)
+    assert [(r["key"], r["meta"]["part-of"]) for r in await filed_rows(admin_conn, "vault")] == [
+        ("work/price-20", key)]

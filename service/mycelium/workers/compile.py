@@ -24,7 +24,7 @@ from typing import Any
 from mycelium.engines.compiler import compile_agreement
 from mycelium.engines.models import Model, model_from_env
 from mycelium.errors import Refusal
-from mycelium.verbs import NOBODY, Actor, Verbs, verbs_of
+from mycelium.verbs import HUB_PRINCIPAL, NOBODY, Actor, Verbs, verbs_of
 from mycelium.workers.loop import Loop, LoopContext
 
 log = logging.getLogger("mycelium.compile")
@@ -64,6 +64,8 @@ class Compiler:
 
     async def compile(self, job: Mapping[str, Any]) -> None:
         run = await self.verbs.call(NOBODY, "compile_context", room=job["room"], run=job["run_id"])
+        if run is None:  # gone with its room since it was taken
+            return
         participants = [str(h) for h in run["participants"] or [] if isinstance(h, str)]
         got = await compile_agreement(self.model, run["assignments"] or {}, participants, run["task_title"],
                                       run["engine"])
@@ -79,7 +81,8 @@ class Compiler:
 
 async def run_compiler(ctx: LoopContext) -> None:
     hub = ctx.hub
-    compiler = Compiler(verbs_of(hub), model_from_env(), lease_from_env())
+    # as the hub itself: behind the token gate it sees the private rooms' runs too
+    compiler = Compiler(verbs_of(hub, HUB_PRINCIPAL), model_from_env(), lease_from_env())
     await hub.wakes.listen(CHANNEL)
     log.info("compile: worker %s compiles with %s", compiler.id, compiler.model.name)
     try:
