@@ -247,6 +247,8 @@ LANGUAGE sql IMMUTABLE AS $$
     -- the task compiler (sql/compiler.sql)
     ('claim_compile_jobs', 'write'), ('release_compile_jobs', 'write'), ('file_compiled_tasks', 'write'),
     ('compiled_work', 'read'),
+    -- the synthesizer (sql/synthesis.sql)
+    ('synthesis_input', 'read'),
     -- the schema's own description (sql/catalogue.sql, /health)
     ('schema_catalogue', 'read'), ('schema_fingerprint', 'read'),
     -- reads a caller names

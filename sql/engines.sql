@@ -457,11 +457,15 @@ RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
   FROM m, g
 $$;
 
--- The work/ rows the task compiler filed from a run's agreement, in line order (sql/compiler.sql
--- holds the table; PL/pgSQL, so this file may name it before it is defined).
+-- The work/ rows the task compiler filed from a run's agreement, in line order; none from a room
+-- the principal may not see (sql/compiler.sql holds the table, sql/privacy.sql the rule; PL/pgSQL,
+-- so this file may name them before they are defined).
 CREATE OR REPLACE FUNCTION mycelium.compiled_work(p_room text, p_run bigint) RETURNS text[]
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
+  IF NOT mycelium.room_visible(p_room) THEN
+    RETURN '{}';
+  END IF;
   RETURN coalesce((SELECT array_agg(c.key ORDER BY c.line) FROM mycelium.compiled_tasks c
                    WHERE c.room = p_room AND c.run_id = p_run), '{}');
 END

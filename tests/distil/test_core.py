@@ -1,5 +1,5 @@
 """The pure cores: task lines read from a model's answer (only participants tagged, nothing else
-trusted), the raw agreement, and the synthesizer's summon and cursor."""
+trusted), the raw agreement, and the synthesizer's summon."""
 
 from __future__ import annotations
 
@@ -57,11 +57,8 @@ async def test_compile_falls_back_to_the_raw_agreement_with_the_reason():
     assert (ok.source, ok.note, ok.lines) == ("model", None, [compiler.Line("Invoice", "julia")])
 
 
-def test_the_summon_and_the_cursor():
+def test_the_summon_asks_for_everything_with_all():
     assert synthesizer.read_summon("@synth --all").everything
     assert synthesizer.read_summon("--all please").everything
     assert not synthesizer.read_summon("@synth catch up on --allowed things").everything
     assert not synthesizer.read_summon("@synth").everything
-    assert synthesizer.cursor_of({"cursor": 12}) == 12
-    for meta in (None, {}, {"cursor": "12"}, {"cursor": -1}, {"cursor": 1.5}):
-        assert synthesizer.cursor_of(meta) == 0

@@ -5,6 +5,7 @@ model writes nothing and leaves the cursor; `--all` reads everything again."""
 
 from __future__ import annotations
 
+import asyncpg
 import pytest
 
 from tests.distil.conftest import eventually, make_task, script
@@ -96,3 +97,44 @@ async def test_the_synthesis_reads_on_from_its_cursor_never_its_own_posts_and_al
         "FROM mycelium.memory_versions WHERE key = 'context/synthesis' ORDER BY version")
     assert [(v["version"], v["text"], v["cursor"], v["written_by"]) for v in versions] == [
         (1, s1["text"], second, "synth"), (2, s2["text"], third, "synth"), (3, s3["text"], gamma, "synth")]
+
+
+
+async def test_only_the_summon_s_engine_reads_through_it_and_behind_the_gate_it_reads_a_private_room(
+    admin_conn, db_dsn
+):
+    """Behind the token gate a session with no principal sees no row of a private room; the
+    synthesizer holding a summon there reads the room's prose through it, and nobody else does."""
+    await admin_conn.execute("SELECT mycelium.create_room('atlas', NULL, NULL, false, 'julia', '{nova}', 'julia')")
+    await admin_conn.execute("SELECT * FROM mycelium.create_engine('atlas', 'synth', 'synthesizer', '', 'julia')")
+    await admin_conn.execute("SELECT * FROM mycelium.write_setting('auth.gate', 'true', '', 'ops')")
+    first = await post(admin_conn, "alpha")
+    second = await post(admin_conn, "alpha2", by="nova")
+    msg = await admin_conn.fetchval("SELECT id FROM mycelium.invoke_engine('atlas', 'synth', '', NULL, 'julia')")
+    sid = await admin_conn.fetchval("SELECT id FROM mycelium.engine_summons WHERE message_id = $1", msg)
+    app = await asyncpg.connect(db_dsn)
+    try:
+        from mycelium.db.pool import setup_connection
+
+        await setup_connection(app, "mycelium_app")
+
+        async def read(actor: str, kind: str, worker: str = "me"):
+            async with app.transaction():
+                await app.execute("SELECT mycelium.acting(NULL, $1, $2)", actor, kind)
+                return await app.fetchval("SELECT mycelium.synthesis_input('atlas', $1, $2, false, 10)", sid, worker)
+
+        assert await app.fetchval("SELECT count(*) FROM mycelium.messages WHERE room = 'atlas'") == 0
+        for actor, kind, worker, status in (("synth", "engine", "me", "MY409"),  # held by nobody yet
+                                            ("nova", "agent", "me", "MY403"),  # held, but not the engine
+                                            ("synth", "engine", "other", "MY409")):  # another worker's
+            if status == "MY403":
+                await app.execute("SELECT * FROM mycelium.claim_engine_summons('me', 10, 30, '{synthesizer}')")
+            with pytest.raises(asyncpg.PostgresError) as refused:
+                await read(actor, kind, worker)
+            assert refused.value.sqlstate == status, (actor, worker, refused.value.detail)
+        got = await read("synth", "engine")
+        assert (got["version"], got["after"]) == (None, 0)
+        assert got["messages"] == [{"position": first, "sender": "julia", "text": "alpha"},
+                                   {"position": second, "sender": "nova", "text": "alpha2"}]
+    finally:
+        await app.close()

@@ -11,7 +11,7 @@ fails is reported where it was summoned; nothing is written and the cursor stays
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,12 +50,6 @@ class Said:
     position: int
     sender: str
     text: str
-
-
-def cursor_of(meta: Mapping[str, Any] | None) -> int:
-    """The last position the synthesis has read (0: none), from its frontmatter."""
-    value = (meta or {}).get("cursor")
-    return value if isinstance(value, int) and value >= 0 else 0
 
 
 def prompt(room: str, current: str | None, said: Sequence[Said]) -> str:

@@ -1,7 +1,8 @@
 """A synthesizer's summon, answered by the engines loop (:mod:`mycelium.engines.synthesizer` has the
-rules): the transcript after the cursor up to the summon, the model's synthesis, then in one
-transaction the memory (text and cursor, compared and swapped on the version read) and the answer
-that closes the summon."""
+rules): the synthesis so far and the transcript after its cursor up to the summon (read by the
+database for the summon's holder, sql/synthesis.sql), the model's synthesis, then in one transaction
+the memory (text and cursor, compared and swapped on the version read) and the answer that closes
+the summon."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from mycelium.engines import synthesizer
 from mycelium.engines.conductor import neutralise
 from mycelium.engines.models import Model
 from mycelium.errors import Refusal
-from mycelium.verbs import NOBODY, Actor, Session, Verbs
+from mycelium.verbs import Actor, Session, Verbs
 
 
 def _plural(n: int) -> str:
@@ -30,17 +31,15 @@ async def answer(verbs: Verbs, model: Model, worker: str, s: Mapping[str, Any]) 
     """Answer the synthesizer summon ``s`` (held by ``worker``)."""
     room, handle, key = s["room"], s["engine"], synthesizer.KEY
     ask = synthesizer.read_summon(s["content"])
-    state = await verbs.call(NOBODY, "synthesis_state", room=room)
-    fresh = ask.everything or state is None
-    after = 0 if fresh else synthesizer.cursor_of(state["meta"])
-    rows = await verbs.call(NOBODY, "synthesis_transcript", room=room, after=after, upto=s["position"],
-                            handle=handle, limit=synthesizer.BATCH)
-    said = [synthesizer.Said(r["position"], r["sender"], r["text"]) for r in rows]
+    source = await verbs.call(Actor(handle, "engine"), "synthesis_input", room=room, summon=s["id"],
+                              worker=worker, all=ask.everything, limit=synthesizer.BATCH)
+    after: int = source["after"]
+    said = [synthesizer.Said(m["position"], m["sender"], m["text"]) for m in source["messages"]]
     if not said:
         await _close(verbs, s, worker,
                      f"Nothing new to synthesise since position {after}: {key} is as it was.", cursor=after)
         return
-    got = await synthesizer.distil(model, handle, room, None if fresh else state["text"], said)
+    got = await synthesizer.distil(model, handle, room, source["text"], said)
     if got.text is None:
         text = (f"@{handle} could not synthesise: {got.error}. {key} and its cursor (position {after}) "
                 "are unchanged.")
@@ -52,7 +51,7 @@ async def answer(verbs: Verbs, model: Model, worker: str, s: Mapping[str, Any]) 
         async with verbs.transaction() as tx:
             written = await tx.call(Actor(handle, "engine"), "write_memory", room=room, key=key,
                                     value={"text": got.text}, created_by=handle, tags=None, meta=meta,
-                                    content_text=None, base_version=0 if state is None else state["version"],
+                                    content_text=None, base_version=source["version"] or 0,
                                     embedding=None, embed=True)
             version = written["version"]
             text = (f"Synthesised {_plural(len(said))} (positions {said[0].position}–{cursor}) into {key} "
