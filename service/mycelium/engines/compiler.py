@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from mycelium.core.handles import normalize_handle
@@ -50,9 +50,7 @@ class Compiled:
     lines: list[Line]
     source: Source
     note: str | None = None
-    """Why the raw agreement was filed (the model's failure), or what was dropped from its lines."""
-    dropped: list[str] = field(default_factory=list)
-    """Handles the model tagged that are not participants (their lines are filed untagged)."""
+    """Why the raw agreement was filed (the model's failure), or the tags dropped from its lines."""
 
 
 def term_text(value: Any) -> str:
@@ -111,16 +109,16 @@ async def compile_agreement(
     engine: str = "",
 ) -> Compiled:
     """The lines to file for an agreement: the model's, or the raw terms with the reason."""
+    asked = [{"role": "user", "content": prompt(assignments, participants, task_title)}]
     try:
-        said = await model.complete(SYSTEM, [{"role": "user", "content": prompt(assignments, participants,
-                                                                              task_title)}], handle=engine)
+        said = await model.complete(SYSTEM, asked, handle=engine)
     except ModelError as exc:
         return Compiled(raw_lines(assignments), "raw", f"{model.name}: {exc}")
     lines, dropped = parse_lines(said, participants)
     if not lines:
         return Compiled(raw_lines(assignments), "raw", f"{model.name} answered with no task line")
     note = f"untagged: @{', @'.join(dropped)} (not participants)" if dropped else None
-    return Compiled(lines, "model", note, dropped)
+    return Compiled(lines, "model", note)
 
 
 def _cut(text: str) -> str:
