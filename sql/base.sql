@@ -276,6 +276,11 @@ LANGUAGE sql IMMUTABLE AS $$
     ('release_engine_runs', 'write'), ('engine_step', 'write'), ('run_replies', 'read'),
     ('invoke_engine', 'write'), ('coordinate', 'write'), ('engine_kinds', 'read'), ('episode_record', 'read'),
     ('episode_quality', 'inlined'),
+    -- the task compiler (sql/compiler.sql)
+    ('claim_compile_jobs', 'write'), ('release_compile_jobs', 'write'), ('file_compiled_tasks', 'write'),
+    ('compiled_work', 'read'),
+    -- the synthesizer (sql/synthesis.sql)
+    ('synthesis_input', 'read'),
     -- the schema's own description (sql/catalogue.sql, /health)
     ('schema_catalogue', 'read'), ('schema_fingerprint', 'read'),
     -- reads a caller names

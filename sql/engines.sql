@@ -457,6 +457,20 @@ RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
   FROM m, g
 $$;
 
+-- The work/ rows the task compiler filed from a run's agreement, in line order; none from a room
+-- the principal may not see (sql/compiler.sql holds the table, sql/privacy.sql the rule; PL/pgSQL,
+-- so this file may name them before they are defined).
+CREATE OR REPLACE FUNCTION mycelium.compiled_work(p_room text, p_run bigint) RETURNS text[]
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  IF NOT mycelium.room_visible(p_room) THEN
+    RETURN '{}';
+  END IF;
+  RETURN coalesce((SELECT array_agg(c.key ORDER BY c.line) FROM mycelium.compiled_tasks c
+                   WHERE c.room = p_room AND c.run_id = p_run), '{}');
+END
+$$;
+
 -- The record of a run as upstream writes log/episodes/<short_id>.md: the header, the flow (JSON,
 -- which is YAML) and the trace (one JSON line per step).
 CREATE OR REPLACE FUNCTION mycelium.episode_record(p_room text, p_run bigint) RETURNS text
@@ -468,7 +482,9 @@ LANGUAGE sql STABLE AS $$
                                    q ->> 'mpc', q ->> 'gar', q ->> 'scr', q ->> 'provenance_weight')
                      FROM mycelium.episode_quality(r.pending -> 'first_confidence', r.pending -> 'last_confidence',
                                                    r.flow -> 'cast') AS q WHERE q IS NOT NULL), '')
-             || coalesce(format(E'- satisfaction: min %s\n', r.metrics ->> 'min_satisfaction'), ''),
+             || coalesce(format(E'- satisfaction: min %s\n', r.metrics ->> 'min_satisfaction'), '')
+             || coalesce((SELECT format(E'- work: %s\n', string_agg(format('`%s`', k), ', '))
+                          FROM unnest(mycelium.compiled_work(r.room, r.id)) AS w (k) HAVING count(*) > 0), ''),
            r.episode,
            CASE WHEN r.state = 'converged' AND r.task_key IS NOT NULL
                 THEN format(E'- memory: `context/decision/%s`\n', regexp_replace(r.task_key, '^work/', '')) ELSE '' END,

@@ -111,13 +111,15 @@ SELECT (SELECT m.body FROM mycelium.memories m WHERE m.room = :room AND m.key = 
                        ORDER BY seq DESC LIMIT :limit) t), '[]') AS turns
 
 -- name: list_episodes
--- newest first; 404 without the room
-SELECT * FROM mycelium.episodes WHERE room = :room AND mycelium.room_known(:room)
-ORDER BY created_at DESC, run_id DESC LIMIT :limit
+-- newest first, each with the rows its agreement was compiled into; 404 without the room
+SELECT e.*, mycelium.compiled_work(e.room, e.run_id) AS tasks FROM mycelium.episodes e
+WHERE e.room = :room AND mycelium.room_known(:room)
+ORDER BY e.created_at DESC, e.run_id DESC LIMIT :limit
 
 -- name: get_episode
 -- returns: row
-SELECT * FROM mycelium.episodes WHERE room = :room AND short_id = :short_id
+SELECT e.*, mycelium.compiled_work(e.room, e.run_id) AS tasks FROM mycelium.episodes e
+WHERE e.room = :room AND e.short_id = :short_id
 
 -- name: episode_messages
 -- the run's slice of its thread: the summon, what it posted and the replies it read, oldest first

@@ -32,7 +32,7 @@ SQL_FILES = (
     "transitions.sql", "receipts.sql",
     "messages.sql", "board.sql", "assignments.sql",
     "handles.sql", "conversations.sql", "floors.sql", "participation.sql", "message_search.sql",
-    "engines.sql",
+    "engines.sql", "compiler.sql", "synthesis.sql",
     "settings.sql",
     "workers.sql",
     "joins.sql",

@@ -111,7 +111,7 @@ def episode_summary(row: Any, message_count: int | None = None) -> EpisodeSummar
         participants=list(flow.get("cast", [])),
         metrics=episode_metrics(row),
         assignments={"decision": chosen["text"]} if chosen and row["outcome"] == "converged" else {},
-        tasks=[],
+        tasks=list(row.get("tasks") or []),
         message_count=message_count if message_count is not None else row["post_count"],
         updated_at=row["updated_at"],
         updated_by=row["engine"],

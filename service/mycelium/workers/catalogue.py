@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from mycelium.settings import Settings
 from mycelium.workers import LOOP_NAMES
+from mycelium.workers.compile import COMPILE
 from mycelium.workers.engines import ENGINES
 from mycelium.workers.indexer import INDEXER
 from mycelium.workers.loop import Loop
@@ -13,7 +14,8 @@ from mycelium.workers.mirror import MIRROR
 from mycelium.workers.receipts import RECEIPTS
 from mycelium.workers.sweeper import SETTINGS, SWEEPER
 
-LOOPS: dict[str, Loop] = {loop.name: loop for loop in (INDEXER, SWEEPER, SETTINGS, MIRROR, RECEIPTS, ENGINES)}
+LOOPS: dict[str, Loop] = {loop.name: loop for loop in (INDEXER, SWEEPER, SETTINGS, MIRROR, RECEIPTS, ENGINES,
+                                                            COMPILE)}
 assert tuple(LOOPS) == LOOP_NAMES, "mycelium.workers.LOOP_NAMES names every loop, in order"
 
 

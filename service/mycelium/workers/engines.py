@@ -4,7 +4,7 @@ Every process may run it; the database shares the work out. Each pass:
 
 1. takes pending summons (``claim_engine_summons``, SKIP LOCKED, a lease of its own) and answers
    each: the conductor's ``list``/``show``, a refusal in place, or a run started
-   (``start_engine_run``); a persona's turn through the model seam (``answer_summon``);
+   (``start_engine_run``); a persona's turn or a synthesis through the model seam (``answer_summon``);
 2. renews the leases of the runs it holds and takes runs whose lease is free or ran out
    (``claim_engine_runs``): a run whose worker died is taken over here;
 3. moves each run it holds that has something to do (``due_engine_runs``): the conductor's pure
@@ -12,7 +12,7 @@ Every process may run it; the database shares the work out. Each pass:
    transaction, compared and swapped on the run's seq and lease, so a move is made once.
 
 It then waits for a hint (a summon, a message) or ``POLL_SECONDS``. ``MYCELIUM_ENGINE_KINDS``
-(``conductor,persona``) narrows the kinds this process plays; ``MYCELIUM_ENGINE_LEASE_SECONDS`` is
+(``conductor,persona,synthesizer``) narrows the kinds this process plays; ``MYCELIUM_ENGINE_LEASE_SECONDS`` is
 how long a run stays with a worker that stopped renewing it.
 """
 
@@ -33,6 +33,7 @@ from mycelium.engines.flows import BUILT_IN, FlowError, Protocol, catalogue, par
 from mycelium.engines.models import model_from_env
 from mycelium.errors import Refusal
 from mycelium.verbs import NOBODY, Actor, Verbs, verbs_of
+from mycelium.workers import synthesis
 from mycelium.workers.loop import Loop, LoopContext
 
 log = logging.getLogger("mycelium.engines")
@@ -52,7 +53,7 @@ def _float_env(name: str, default: float) -> float:
 
 
 def kinds_from_env() -> list[str]:
-    raw = os.environ.get("MYCELIUM_ENGINE_KINDS") or "conductor,persona"
+    raw = os.environ.get("MYCELIUM_ENGINE_KINDS") or "conductor,persona,synthesizer"
     return [k.strip() for k in raw.split(",") if k.strip()]
 
 
@@ -86,6 +87,8 @@ class EngineWorker:
             try:
                 if s["kind"] == "conductor":
                     await self.conduct(s)
+                elif s["kind"] == "synthesizer":
+                    await synthesis.answer(self.verbs, self.model, self.id, s)
                 else:
                     await self.play(s)
             except Refusal as r:
