@@ -1,0 +1,148 @@
+"""The negotiation's mechanism: a NEGMAS ``SAOMechanism`` driven one external move at a time.
+
+Each participant is a placeholder negotiator that NEGMAS never asks: every turn's response is
+injected (``step(action={id: SAOResponse})``), read from the member's reply in the thread. With
+``one_offer_per_step`` each step is exactly one member's turn, so the step cap is NEGMAS's
+``n_steps``, and NEGMAS alone says when the negotiation ends (everyone accepts the standing offer,
+someone ends it, or the steps run out). A mechanism is not kept anywhere: it is rebuilt from the
+moves the database recorded (:meth:`Mechanism.replay`), so any worker reaches the same state.
+
+NEGMAS is imported here, and only when a negotiation is moved, so nothing else pays for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+N_STEPS = 20
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One member's recorded move: ``accept`` the standing offer, or ``offer`` (a counter, which
+    rejects the standing one) with the whole offer ``{issue: option}``."""
+
+    handle: str
+    action: str
+    offer: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Ending:
+    outcome: str  # converged | rejected
+    agreement: dict[str, str] | None
+    reason: str
+
+
+def _placeholder_class() -> type:
+    from negmas.sao import SAONegotiator
+
+    class Placeholder(SAONegotiator):  # type: ignore[misc]
+        """A member of the thread: its moves are injected, it never decides one itself."""
+
+        def propose(self, state: Any, dest: str | None = None) -> Any:
+            raise RuntimeError(f"{self.name}'s move comes from the thread, not from NEGMAS")
+
+        def respond(self, state: Any, source: str | None = None) -> Any:
+            raise RuntimeError(f"{self.name}'s move comes from the thread, not from NEGMAS")
+
+    return Placeholder
+
+
+class Mechanism:
+    """A SAOMechanism over ``issues`` ({name: options}, in order) with one placeholder per member
+    of ``cast`` (in order: the first proposes first)."""
+
+    def __init__(
+        self, issues: Mapping[str, Sequence[str]], cast: Sequence[str], n_steps: int = N_STEPS
+    ) -> None:
+        from negmas.outcomes import make_issue
+        from negmas.sao import SAOMechanism
+
+        self.names = list(issues)
+        self.sao = SAOMechanism(
+            issues=[make_issue(list(opts), name) for name, opts in issues.items()],
+            n_steps=n_steps,
+            one_offer_per_step=True,
+        )
+        placeholder = _placeholder_class()
+        self.ids: dict[str, str] = {}
+        for h in cast:
+            neg = placeholder(name=h)
+            self.sao.add(neg)
+            self.ids[h] = neg.id
+        self.handles = {v: k for k, v in self.ids.items()}
+        self.steps = 0
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def offer_of(self, outcome: Sequence[Any] | None) -> dict[str, str] | None:
+        return None if outcome is None else dict(zip(self.names, (str(v) for v in outcome), strict=True))
+
+    @property
+    def running(self) -> bool:
+        return bool(self.sao.state.running) or not self.sao.state.started
+
+    def next_handle(self) -> str:
+        """Whose turn it is (NEGMAS's order)."""
+        return self.handles[self.sao.next_negotitor_ids()[0]]
+
+    def standing(self) -> dict[str, str] | None:
+        return self.offer_of(self.sao.state.current_offer)
+
+    def standing_by(self) -> str | None:
+        proposer = self.sao.state.current_proposer
+        return self.handles.get(proposer) if proposer else None
+
+    def ending(self) -> Ending | None:
+        s = self.sao.state
+        if not s.started or s.running:
+            return None
+        if s.agreement is not None:
+            return Ending("converged", self.offer_of(s.agreement), "everyone accepted the standing offer")
+        if s.broken:
+            return Ending("rejected", None, "a member ended the negotiation")
+        if s.timedout:
+            return Ending("rejected", None, f"no agreement within NEGMAS's {self.sao.n_steps} steps")
+        detail = getattr(s, "error_details", "") or "the mechanism stopped"
+        return Ending("rejected", None, str(detail))
+
+    # -- moving ------------------------------------------------------------------------------
+
+    def apply(self, turn: Turn) -> None:
+        """Feed one recorded move to the mechanism (it must be that member's turn)."""
+        from negmas.gb.common import ResponseType
+        from negmas.sao import SAOResponse
+
+        expected = self.next_handle()
+        if turn.handle != expected:
+            raise ValueError(f"the move log has @{turn.handle} where NEGMAS expects @{expected}")
+        if turn.action == "accept":
+            response = SAOResponse(ResponseType.ACCEPT_OFFER, self.sao.state.current_offer)
+        elif turn.action == "end":
+            response = SAOResponse(ResponseType.END_NEGOTIATION, None)
+        else:
+            assert turn.offer is not None
+            response = SAOResponse(ResponseType.REJECT_OFFER, tuple(turn.offer[n] for n in self.names))
+        self.sao.step(action={self.ids[turn.handle]: response})
+        self.steps += 1
+        if self.sao.state.running and self.sao.relative_time >= 1.0:
+            # NEGMAS's time is up: its next step ends the negotiation without asking anyone, so
+            # nobody is asked a question whose answer NEGMAS would not use.
+            self.sao.step()
+
+    @classmethod
+    def replay(
+        cls,
+        issues: Mapping[str, Sequence[str]],
+        cast: Sequence[str],
+        turns: Sequence[Turn],
+        n_steps: int = N_STEPS,
+    ) -> Mechanism:
+        """A fresh mechanism brought to the state the recorded moves left it in."""
+        m = cls(issues, cast, n_steps)
+        for t in turns:
+            m.apply(t)
+        return m
