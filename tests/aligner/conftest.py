@@ -28,6 +28,7 @@ async def setup_room(conn: asyncpg.Connection, room: str = "atlas", engine: str 
 
 
 async def summon(conn: asyncpg.Connection, room: str, key: str, text: str, by: str = "julia") -> None:
+    """``board coordinate <key> aligner "<text>"``, from psql."""
     await conn.execute("SELECT * FROM mycelium.coordinate($1, $2, 'aligner', $3, $4)", room, key, text, by)
 
 
@@ -52,17 +53,19 @@ def scripted(opening: str | None, moves: list[str | None] | Callable[[str], str 
     return rule
 
 
-async def closed(conn: asyncpg.Connection, episode: str, timeout: float = 60.0) -> asyncpg.Record:
+async def closed(
+    conn: asyncpg.Connection, episode: str, timeout: float = 60.0, room: str = "atlas"
+) -> asyncpg.Record:
     async def done():
-        r = await run_of(conn, "atlas", episode)
+        r = await run_of(conn, room, episode)
         return r if r is not None and r["state"] != "open" else None
 
     return await eventually(done, timeout=timeout, step=0.05)
 
 
-async def trace(conn: asyncpg.Connection, run_id: int) -> list[dict]:
+async def trace(conn: asyncpg.Connection, run_id: int, room: str = "atlas") -> list[dict]:
     rows = await conn.fetch(
-        "SELECT entry FROM mycelium.engine_trace WHERE room = 'atlas' AND run_id = $1 ORDER BY turn", run_id
+        "SELECT entry FROM mycelium.engine_trace WHERE room = $2 AND run_id = $1 ORDER BY turn", run_id, room
     )
     return [r["entry"] for r in rows]
 
