@@ -583,7 +583,8 @@ BEGIN
   RETURNING * INTO r;
   IF p_close IS NOT NULL THEN
     written := mycelium.write_memory(p_room, 'log/episodes/' || r.short_id,
-      jsonb_build_object('text', mycelium.episode_record(p_room, r.id)), r.engine, NULL,
+      jsonb_build_object('text', CASE WHEN r.kind = 'aligner' THEN mycelium.negotiation_record(p_room, r.id)
+                                      ELSE mycelium.episode_record(p_room, r.id) END), r.engine, NULL,
       jsonb_build_object('outcome', r.state, 'within', r.episode, 'flow', r.protocol));
   END IF;
   RETURN r;
@@ -620,7 +621,8 @@ SELECT r.room, r.id AS run_id, r.short_id,
          AS quality,
        coalesce((SELECT jsonb_agg(t.entry ORDER BY t.turn) FROM mycelium.engine_trace t
                  WHERE t.room = r.room AND t.run_id = r.id), '[]') AS trace,
-       (SELECT count(*) FROM mycelium.engine_posts p WHERE p.room = r.room AND p.run_id = r.id) AS post_count
+       (SELECT count(*) FROM mycelium.engine_posts p WHERE p.room = r.room AND p.run_id = r.id) AS post_count,
+       r.kind, r.assignments
 FROM mycelium.engine_runs r;
 
 -- ---------------------------------------------------------------------------------------------

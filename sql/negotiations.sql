@@ -51,3 +51,43 @@ END
 $$;
 CREATE OR REPLACE TRIGGER rosters_abort_negotiation AFTER UPDATE OR DELETE ON mycelium.rosters
   FOR EACH ROW EXECUTE FUNCTION mycelium.rosters_abort_negotiation();
+
+-- The record of a negotiation as upstream writes log/episodes/<short_id>.md: the header (quality
+-- and satisfaction as the aligner measured them, the agreement, the team prior it left), the
+-- opening positions, the term clarifications, and the move log (one JSON line per move).
+CREATE OR REPLACE FUNCTION mycelium.negotiation_record(p_room text, p_run bigint) RETURNS text
+LANGUAGE sql STABLE AS $$
+  SELECT format(E'# Episode %s\n\n- topic: `urn:concept:mycelium:%s`\n- outcome: **%s**\n- participants: %s\n%s%s%s- within: `%s`\n%s\n## Opening Positions\n\n%s\n\n%s## Trace\n\n```jsonl\n%s\n```\n',
+           mycelium.episode_urn(r.room, r.short_id), r.room, r.state,
+           (SELECT string_agg(h, ', ') FROM jsonb_array_elements_text(r.flow -> 'cast') AS c (h)),
+           CASE WHEN r.metrics ? 'mpc' THEN format(E'- quality: MPC %s · GAR %s · SCR %s · provenance weight %s\n',
+                  r.metrics ->> 'mpc', r.metrics ->> 'gar', r.metrics ->> 'scr', r.metrics ->> 'provenance_weight')
+                ELSE '' END,
+           CASE WHEN r.metrics ? 'min_satisfaction'
+                THEN format(E'- satisfaction: min %s (least-happy of %s agents, relative to opening asks)\n',
+                            r.metrics ->> 'min_satisfaction',
+                            (SELECT count(*) FROM jsonb_object_keys(r.metrics -> 'satisfaction')))
+                ELSE '' END,
+           coalesce((SELECT format(E'- assignments: %s\n', string_agg(format('`%s=%s`', k, v), ', '))
+                     FROM jsonb_each_text(r.assignments) AS a (k, v)), ''),
+           r.episode,
+           CASE WHEN r.state = 'converged' AND r.pending ? 'topic'
+                THEN format(E'- memory: `l9/rule_update/%s`\n', r.pending ->> 'topic') ELSE '' END,
+           coalesce((SELECT string_agg(format('- %s: %s%s', o.key, coalesce(nullif(o.value ->> 'text', ''), '(no words)'),
+                                              CASE WHEN jsonb_typeof(o.value -> 'offer') = 'object'
+                                                   THEN format(' (offer: %s)', (SELECT string_agg(k || '=' || v, ', ')
+                                                        FROM jsonb_each_text(o.value -> 'offer') AS t (k, v)))
+                                                   ELSE '' END), E'\n')
+                     FROM jsonb_each(r.pending -> 'openings') AS o), '(none)'),
+           CASE WHEN jsonb_typeof(r.pending -> 'terms') = 'array' THEN
+             format(E'## Term Clarifications\n\n%s\n\n',
+                    (SELECT string_agg(format('- %s: %s', t ->> 'term', (SELECT string_agg(h || ' means ' || m, '; ')
+                                              FROM jsonb_each_text(t -> 'readings') AS x (h, m))), E'\n')
+                     FROM jsonb_array_elements(r.pending -> 'terms') AS t)
+                    || coalesce((SELECT E'\n' || string_agg(format('- %s clarifies: %s', k, v), E'\n')
+                                 FROM jsonb_each_text(r.pending -> 'clarifications') AS c (k, v)), ''))
+             ELSE '' END,
+           coalesce((SELECT string_agg(t.entry::text, E'\n' ORDER BY t.turn) FROM mycelium.engine_trace t
+                     WHERE t.room = r.room AND t.run_id = r.id), ''))
+  FROM mycelium.engine_runs r WHERE r.room = p_room AND r.id = p_run
+$$;
