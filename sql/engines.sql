@@ -621,8 +621,7 @@ SELECT r.room, r.id AS run_id, r.short_id,
          AS quality,
        coalesce((SELECT jsonb_agg(t.entry ORDER BY t.turn) FROM mycelium.engine_trace t
                  WHERE t.room = r.room AND t.run_id = r.id), '[]') AS trace,
-       (SELECT count(*) FROM mycelium.engine_posts p WHERE p.room = r.room AND p.run_id = r.id) AS post_count,
-       r.kind, r.assignments
+       (SELECT count(*) FROM mycelium.engine_posts p WHERE p.room = r.room AND p.run_id = r.id) AS post_count
 FROM mycelium.engine_runs r;
 
 -- ---------------------------------------------------------------------------------------------

@@ -111,13 +111,17 @@ SELECT (SELECT m.body FROM mycelium.memories m WHERE m.room = :room AND m.key = 
                        ORDER BY seq DESC LIMIT :limit) t), '[]') AS turns
 
 -- name: list_episodes
--- newest first; 404 without the room
-SELECT * FROM mycelium.episodes WHERE room = :room AND mycelium.room_known(:room)
-ORDER BY created_at DESC, run_id DESC LIMIT :limit
+-- newest first, with the agreement a converged run carries; 404 without the room
+SELECT e.*, r.assignments FROM mycelium.episodes e
+JOIN mycelium.engine_runs r ON r.room = e.room AND r.id = e.run_id
+WHERE e.room = :room AND mycelium.room_known(:room)
+ORDER BY e.created_at DESC, e.run_id DESC LIMIT :limit
 
 -- name: get_episode
 -- returns: row
-SELECT * FROM mycelium.episodes WHERE room = :room AND short_id = :short_id
+SELECT e.*, r.assignments FROM mycelium.episodes e
+JOIN mycelium.engine_runs r ON r.room = e.room AND r.id = e.run_id
+WHERE e.room = :room AND e.short_id = :short_id
 
 -- name: episode_messages
 -- the run's slice of its thread: the summon, what it posted and the replies it read, oldest first
