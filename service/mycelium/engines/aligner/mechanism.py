@@ -146,3 +146,43 @@ class Mechanism:
         for t in turns:
             m.apply(t)
         return m
+
+
+class Replayer:
+    """The mechanisms this process moved last, by run, each with the move log it was brought to.
+
+    A move on a log that extends the one held costs NEGMAS only the new steps; any other log (the
+    run was moved elsewhere, or the held state went ahead of what was committed) is replayed from
+    the start. A mechanism's state is a function of its issues, cast, step cap and move log alone,
+    so the cache never changes an outcome, only its cost."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._held: dict[Any, tuple[tuple[Any, ...], list[Turn], Mechanism]] = {}
+
+    def get(
+        self,
+        key: Any,
+        issues: Mapping[str, Sequence[str]],
+        cast: Sequence[str],
+        turns: Sequence[Turn],
+        n_steps: int = N_STEPS,
+    ) -> Mechanism:
+        shape = (tuple((k, tuple(v)) for k, v in issues.items()), tuple(cast), n_steps)
+        held = self._held.pop(key, None)
+        if held is not None:
+            held_shape, held_turns, m = held
+            if held_shape == shape and list(turns[: len(held_turns)]) == held_turns:
+                for t in turns[len(held_turns) :]:
+                    m.apply(t)
+                return m
+        return Mechanism.replay(issues, cast, turns, n_steps)
+
+    def keep(
+        self, key: Any, issues: Mapping[str, Sequence[str]], cast: Sequence[str], turns: Sequence[Turn],
+        m: Mechanism,
+    ) -> None:
+        shape = (tuple((k, tuple(v)) for k, v in issues.items()), tuple(cast), m.sao.n_steps)
+        self._held[key] = (shape, list(turns), m)
+        while len(self._held) > self.size:
+            self._held.pop(next(iter(self._held)))

@@ -20,7 +20,7 @@ from typing import Any
 from mycelium.core.mentions import TOKEN_PATTERN, loud_mentions
 from mycelium.engines.aligner import metrics
 from mycelium.engines.aligner.issues import NoIssues, Opening, discover, term_check
-from mycelium.engines.aligner.mechanism import N_STEPS, Mechanism, Turn
+from mycelium.engines.aligner.mechanism import N_STEPS, Mechanism, Replayer, Turn
 from mycelium.engines.aligner.moves import Offer, Reading, own_line, prose_of, read_reply, terms
 from mycelium.engines.conductor import Move, Reply, neutralise
 from mycelium.engines.models import Model
@@ -104,6 +104,7 @@ class Negotiation:
         moves: Sequence[Mapping[str, Any]],
         model: Model | None,
         read_prior: PriorReader,
+        replayer: Replayer | None = None,
     ) -> None:
         self.flow = run["flow"]
         self.cast: list[str] = list(self.flow["cast"])
@@ -112,6 +113,8 @@ class Negotiation:
         self.moves = list(moves)
         self.model = model
         self.read_prior = read_prior
+        self.replayer = replayer or Replayer(0)
+        self.key = (run["room"], run["id"])
         self.move = NegotiationMove(pending=dict(run["pending"] or {}))
         self.n_steps = int(self.flow.get("n_steps", N_STEPS))
 
@@ -272,14 +275,17 @@ class Negotiation:
         ]
 
     async def moved(self, got: Mapping[str, Reply]) -> None:
-        m = Mechanism.replay(self.issues, self.cast, self.recorded_turns(), self.n_steps)
+        turns = self.recorded_turns()
+        m = self.replayer.get(self.key, self.issues, self.cast, turns, self.n_steps)
         h = self.run["waiting"][0]
         if m.ending() is not None or m.next_handle() != h:
             raise ValueError(f"the move log does not lead to @{h}'s turn")
         last = self.p.get("last_line", {})
         held = own_line(h, self.issues, last, self.p.get("asks", {}))
         reading = await read_reply(h, got.get(h), self.issues, m.standing(), held, self.model)
-        m.apply(Turn(h, reading.action, reading.offer))
+        turn = Turn(h, reading.action, reading.offer)
+        m.apply(turn)
+        self.replayer.keep(self.key, self.issues, self.cast, [*turns, turn], m)
         if reading.action == "offer" and reading.offer is not None:
             self.p["last_line"] = {**last, h: reading.offer}
         self.note_confidence(h, reading.confidence)
@@ -377,9 +383,11 @@ async def advance(
     roster_intact: bool,
     model: Model | None,
     read_prior: PriorReader,
+    replayer: Replayer | None = None,
 ) -> NegotiationMove | None:
-    """The negotiation's next move, or None while the member it waits for may still answer."""
-    n = Negotiation(run, moves, model, read_prior)
+    """The negotiation's next move, or None while the member it waits for may still answer
+    (``replayer``: this process's mechanisms, to spare replaying a log it already holds)."""
+    n = Negotiation(run, moves, model, read_prior, replayer)
     if not roster_intact:
         n.move.trace.append({"step": run["step"] or "opening", "aborted": "the roster changed"})
         n.close("rejected", "the negotiation's membership changed (its roster was changed or thawed)")

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mycelium.engines.aligner import negotiation
-from mycelium.engines.aligner.mechanism import N_STEPS
+from mycelium.engines.aligner.mechanism import N_STEPS, Replayer
 from mycelium.engines.conductor import Reply
 from mycelium.engines.models import NoModel
 from mycelium.errors import Refusal
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from mycelium.workers.engines import EngineWorker
 
 log = logging.getLogger("mycelium.engines.aligner")
+#: the mechanisms this process moved last (a fresh process, or a run moved elsewhere, replays its log)
+REPLAYER = Replayer()
 
 
 def _env_number(name: str, default: float) -> float:
@@ -92,7 +94,9 @@ async def step(w: EngineWorker, run: Mapping[str, Any]) -> bool:
         }
 
     try:
-        move = await negotiation.advance(run, replies, got["moves"], got["roster_intact"], model, read_prior)
+        move = await negotiation.advance(
+            run, replies, got["moves"], got["roster_intact"], model, read_prior, REPLAYER
+        )
     except Exception as exc:  # a negotiation the aligner cannot go on with fails, on the record
         log.exception("negotiation %s cannot move", run["short_id"])
         move = negotiation.failed(run["flow"], f"{type(exc).__name__}: {exc}")
