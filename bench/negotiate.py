@@ -3,8 +3,9 @@ the same run; 20 negotiations at once on 2 `mycelium worker` processes; the mech
 
 (a) one negotiation on one worker process, two members who never agree, to NEGMAS's deadline: per
     move, the latency from the member's reply committing to the next question in a member's hands,
-    the worker's CPU (its /proc times; the mechanism is replayed from the move log on every move)
-    and the database server's (the postmaster's children). The limit: two members passing a
+    the worker's CPU (its /proc times over the negotiation, idle polling included; the worker keeps
+    the mechanism it moved last and steps it once per move) and the database server's (the
+    postmaster and its children). The limit: two members passing a
     message back and forth with nothing in between (post, the other's await wakes, it answers).
 (b) 20 negotiations at once across 2 worker processes, each agreeing at its 10th move: moves per
     second, move latency p50/p99, questions posted twice.
@@ -227,8 +228,8 @@ async def main() -> None:
             "embedded; NEGMAS 0.16; members are asyncpg connections replying with move markers through "
             "`mycelium.reply`, woken by `mycelium_wakes`; no model (markers need none).\n\n"
             + table(["path", "p50 ms", "p99 ms", "worker CPU ms/move", "database CPU ms/move", "samples"], rows)
-            + f"\n\n(a): {moves_a} moves (the opening and {args.moves} rounds); every move replays the whole "
-            "move log into a new mechanism, so the worker's CPU includes NEGMAS. "
+            + f"\n\n(a): {moves_a} moves (the opening and {args.moves} rounds); the worker's CPU includes "
+            "NEGMAS's step and the loop's polling while it waits. "
             f"(b): {moves_b} moves in {elapsed:.1f} s = {moves_b / elapsed:.1f} moves/s; {converged} of "
             f"{args.runs} converged at their 10th round; questions posted twice: {dup}. A move's latency is from "
             "the member's reply committing to the next question in a member's hands.\n\n"

@@ -36,6 +36,14 @@ class Ending:
     reason: str
 
 
+def warm() -> None:
+    """Import NEGMAS's SAO modules (half a second), e.g. on a thread while the opening round waits,
+    so the first move does not pay for it."""
+    import negmas.gb.common
+    import negmas.outcomes
+    import negmas.sao  # noqa: F401
+
+
 def _placeholder_class() -> type:
     from negmas.sao import SAONegotiator
 

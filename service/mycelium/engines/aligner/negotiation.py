@@ -64,6 +64,7 @@ def new_flow(
     title: str,
     round_timeout: float = ROUND_TIMEOUT_SECONDS,
     n_steps: int = N_STEPS,
+    term_check: bool = True,
 ) -> dict[str, Any]:
     """What a negotiation keeps of its set-up (engine_runs.flow)."""
     return {
@@ -81,6 +82,7 @@ def new_flow(
         "title": title,
         "round_timeout": round_timeout,
         "n_steps": n_steps,
+        "term_check": term_check,
     }
 
 
@@ -229,7 +231,7 @@ class Negotiation:
             "silent": [o.handle for o in ops if not (o.offer or o.text)],
         }
         self.move.trace.append(entry)
-        found = await term_check(ops, self.model)
+        found = await term_check(ops, self.model) if self.flow.get("term_check", True) else []
         if found:
             entry["terms"] = found
             self.p["terms"] = found

@@ -4,13 +4,14 @@ summon starts a negotiation, and each move of a negotiation a worker holds is on
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mycelium.engines.aligner import negotiation
-from mycelium.engines.aligner.mechanism import N_STEPS, Replayer
+from mycelium.engines.aligner.mechanism import N_STEPS, Replayer, warm
 from mycelium.engines.conductor import Reply
 from mycelium.engines.models import NoModel
 from mycelium.errors import Refusal
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("mycelium.engines.aligner")
 #: the mechanisms this process moved last (a fresh process, or a run moved elsewhere, replays its log)
 REPLAYER = Replayer()
+WARMING: list[asyncio.Future[None]] = []
 
 
 def _env_number(name: str, default: float) -> float:
@@ -31,11 +33,14 @@ def _env_number(name: str, default: float) -> float:
         return default
 
 
-def settings() -> tuple[float, int]:
-    """The round timeout (``MYCELIUM_ALIGNER_ROUND_TIMEOUT_S``) and NEGMAS's step cap
-    (``MYCELIUM_ALIGNER_MAX_STEPS``)."""
+def settings() -> tuple[float, int, bool]:
+    """The round timeout (``MYCELIUM_ALIGNER_ROUND_TIMEOUT_S``), NEGMAS's step cap
+    (``MYCELIUM_ALIGNER_MAX_STEPS``) and whether the term check runs (``MYCELIUM_ALIGNER_TERM_CHECK``,
+    on unless ``false``/``0``/``off``)."""
     timeout = _env_number("MYCELIUM_ALIGNER_ROUND_TIMEOUT_S", negotiation.ROUND_TIMEOUT_SECONDS)
-    return timeout, max(1, int(_env_number("MYCELIUM_ALIGNER_MAX_STEPS", N_STEPS)))
+    raw = (os.environ.get("MYCELIUM_ALIGNER_TERM_CHECK") or "true").strip().lower()
+    check = raw not in ("false", "0", "off", "no")
+    return timeout, max(1, int(_env_number("MYCELIUM_ALIGNER_MAX_STEPS", N_STEPS))), check
 
 
 async def negotiate(w: EngineWorker, s: Mapping[str, Any]) -> None:
@@ -48,9 +53,9 @@ async def negotiate(w: EngineWorker, s: Mapping[str, Any]) -> None:
         await w.answer(s, negotiation.TOO_FEW, "refused")
         return
     row = await w.verbs.call(NOBODY, "row_title", room=s["room"], episode=s["episode"])
-    timeout, n_steps = settings()
+    timeout, n_steps, check = settings()
     flow = negotiation.new_flow(
-        members, ask, row["key"] if row else "", row["title"] if row else "", timeout, n_steps
+        members, ask, row["key"] if row else "", row["title"] if row else "", timeout, n_steps, check
     )
     try:
         await w.verbs.call(
@@ -67,6 +72,9 @@ async def negotiate(w: EngineWorker, s: Mapping[str, Any]) -> None:
         if r.status not in (403, 404, 409, 422) or r.error == "summon_not_held":
             raise
         await w.answer(s, r.message, "refused")
+        return
+    if not WARMING:  # NEGMAS loads while the members state their openings
+        WARMING.append(asyncio.ensure_future(asyncio.to_thread(warm)))
 
 
 async def step(w: EngineWorker, run: Mapping[str, Any]) -> bool:
