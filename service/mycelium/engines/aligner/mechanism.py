@@ -61,10 +61,19 @@ def _placeholder_class() -> type:
 
 class Mechanism:
     """A SAOMechanism over ``issues`` ({name: options}, in order) with one placeholder per member
-    of ``cast`` (in order: the first proposes first)."""
+    of ``cast`` (in order: the first proposes first).
+
+    With ``asks`` (each member's opening ask) and three or more members, the turn order is upstream's:
+    once an offer stands, the next to answer is the member least satisfied with it (relative to its
+    opening ask) among those who have not accepted it yet (ties: NEGMAS's own order). Only whose turn
+    comes next changes; NEGMAS's termination is untouched (everyone must still accept the offer)."""
 
     def __init__(
-        self, issues: Mapping[str, Sequence[str]], cast: Sequence[str], n_steps: int = N_STEPS
+        self,
+        issues: Mapping[str, Sequence[str]],
+        cast: Sequence[str],
+        n_steps: int = N_STEPS,
+        asks: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         from negmas.outcomes import make_issue
         from negmas.sao import SAOMechanism
@@ -83,6 +92,9 @@ class Mechanism:
             self.ids[h] = neg.id
         self.handles = {v: k for k, v in self.ids.items()}
         self.steps = 0
+        self.issues = {k: list(v) for k, v in issues.items()}
+        self.asks = {h: dict(a) for h, a in (asks or {}).items()}
+        self.accepted: set[str] = set()  # who accepted the standing offer since it was made
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -136,10 +148,37 @@ class Mechanism:
             response = SAOResponse(ResponseType.REJECT_OFFER, tuple(turn.offer[n] for n in self.names))
         self.sao.step(action={self.ids[turn.handle]: response})
         self.steps += 1
+        if turn.action == "accept":
+            self.accepted.add(turn.handle)
+        else:
+            self.accepted = set()
         if self.sao.state.running and self.sao.relative_time >= 1.0:
             # NEGMAS's time is up: its next step ends the negotiation without asking anyone, so
             # nobody is asked a question whose answer NEGMAS would not use.
             self.sao.step()
+        elif self.sao.state.running:
+            self._least_satisfied_next()
+
+    def _satisfaction(self, handle: str, offer: Mapping[str, str]) -> float:
+        ask = self.asks.get(handle, {})
+        scores = [
+            1 - abs(opts.index(ask[n]) - opts.index(offer[n])) / max(1, len(opts) - 1)
+            for n, opts in self.issues.items()
+            if ask.get(n) in opts and offer.get(n) in opts
+        ]
+        return sum(scores) / len(scores) if scores else 1.0
+
+    def _least_satisfied_next(self) -> None:
+        standing, by = self.standing(), self.standing_by()
+        if not self.asks or len(self.ids) < 3 or standing is None:
+            return
+        order = [self.handles[i] for i in self.sao.following_negotiators()]
+        waiting = [h for h in order if h != by and h not in self.accepted]
+        if not waiting:
+            return
+        least = min(waiting, key=lambda h: (self._satisfaction(h, standing), order.index(h)))
+        index = list(self.ids).index(least)
+        self.sao._last_checked_negotiator = (index - 1) % len(self.ids)
 
     @classmethod
     def replay(
@@ -148,12 +187,27 @@ class Mechanism:
         cast: Sequence[str],
         turns: Sequence[Turn],
         n_steps: int = N_STEPS,
+        asks: Mapping[str, Mapping[str, str]] | None = None,
     ) -> Mechanism:
         """A fresh mechanism brought to the state the recorded moves left it in."""
-        m = cls(issues, cast, n_steps)
+        m = cls(issues, cast, n_steps, asks)
         for t in turns:
             m.apply(t)
         return m
+
+
+def _shape(
+    issues: Mapping[str, Sequence[str]],
+    cast: Sequence[str],
+    n_steps: int,
+    asks: Mapping[str, Mapping[str, str]] | None,
+) -> tuple[Any, ...]:
+    return (
+        tuple((k, tuple(v)) for k, v in issues.items()),
+        tuple(cast),
+        n_steps,
+        tuple(sorted((h, tuple(sorted(a.items()))) for h, a in (asks or {}).items())),
+    )
 
 
 class Replayer:
@@ -175,8 +229,9 @@ class Replayer:
         cast: Sequence[str],
         turns: Sequence[Turn],
         n_steps: int = N_STEPS,
+        asks: Mapping[str, Mapping[str, str]] | None = None,
     ) -> Mechanism:
-        shape = (tuple((k, tuple(v)) for k, v in issues.items()), tuple(cast), n_steps)
+        shape = _shape(issues, cast, n_steps, asks)
         held = self._held.pop(key, None)
         if held is not None:
             held_shape, held_turns, m = held
@@ -184,13 +239,10 @@ class Replayer:
                 for t in turns[len(held_turns) :]:
                     m.apply(t)
                 return m
-        return Mechanism.replay(issues, cast, turns, n_steps)
+        return Mechanism.replay(issues, cast, turns, n_steps, asks)
 
-    def keep(
-        self, key: Any, issues: Mapping[str, Sequence[str]], cast: Sequence[str], turns: Sequence[Turn],
-        m: Mechanism,
-    ) -> None:
-        shape = (tuple((k, tuple(v)) for k, v in issues.items()), tuple(cast), m.sao.n_steps)
+    def keep(self, key: Any, turns: Sequence[Turn], m: Mechanism) -> None:
+        shape = _shape(m.issues, list(m.ids), m.sao.n_steps, m.asks)
         self._held[key] = (shape, list(turns), m)
         while len(self._held) > self.size:
             self._held.pop(next(iter(self._held)))

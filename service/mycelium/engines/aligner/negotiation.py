@@ -267,7 +267,7 @@ class Negotiation:
         if prior:
             self.p["prior"] = dict(prior)
             entry["prior"] = dict(prior)
-        self.ask_round(Mechanism(space.issues, self.cast, self.n_steps), None)
+        self.ask_round(Mechanism(space.issues, self.cast, self.n_steps, space.asks), None)
 
     def recorded_turns(self) -> list[Turn]:
         return [
@@ -278,7 +278,7 @@ class Negotiation:
 
     async def moved(self, got: Mapping[str, Reply]) -> None:
         turns = self.recorded_turns()
-        m = self.replayer.get(self.key, self.issues, self.cast, turns, self.n_steps)
+        m = self.replayer.get(self.key, self.issues, self.cast, turns, self.n_steps, self.p.get("asks"))
         h = self.run["waiting"][0]
         if m.ending() is not None or m.next_handle() != h:
             raise ValueError(f"the move log does not lead to @{h}'s turn")
@@ -287,7 +287,7 @@ class Negotiation:
         reading = await read_reply(h, got.get(h), self.issues, m.standing(), held, self.model)
         turn = Turn(h, reading.action, reading.offer)
         m.apply(turn)
-        self.replayer.keep(self.key, self.issues, self.cast, [*turns, turn], m)
+        self.replayer.keep(self.key, [*turns, turn], m)
         if reading.action == "offer" and reading.offer is not None:
             self.p["last_line"] = {**last, h: reading.offer}
         self.note_confidence(h, reading.confidence)
