@@ -102,3 +102,14 @@ async def test_prose_goes_to_the_model_and_its_reading_is_snapped_or_refused():
 def test_a_members_own_line_is_its_last_offer_else_its_opening_ask_else_the_first_option():
     assert own_line("bob", ISSUES, {"bob": {"price": "25", "vendor": "acme"}}, {}) == {"price": "25", "vendor": "acme"}
     assert own_line("bob", ISSUES, {}, {"bob": {"price": "30"}}) == {"price": "30", "vendor": "acme"}
+
+
+def test_reply_lifts_a_move_marker_into_the_payload_and_strips_it_from_the_prose():
+    data, prose = lift_reply('Meet halfway. [[mycelium: offer price=20 vendor="acme corp" A=5 confidence=0.7]]')
+    assert data == {"confidence": 0.7, "move": {"action": "offer", "offer": {"price": "20", "vendor": "acme corp",
+                                                                             "A": "5"}}}
+    assert prose == "Meet halfway."
+    assert lift_reply("[[mycelium: reject]] Too dear.")[0] == {"move": {"action": "reject"}}
+    # a marker that only rates or states a stance is no move
+    assert "move" not in lift_reply("[[mycelium: A=80 stance=accept]]")[0]
+    assert "move" not in lift_reply("[[mycelium: offer]] nothing offered")[0]
