@@ -281,6 +281,8 @@ LANGUAGE sql IMMUTABLE AS $$
     ('compiled_work', 'read'),
     -- the synthesizer (sql/synthesis.sql)
     ('synthesis_input', 'read'),
+    -- negotiations (sql/negotiations.sql)
+    ('start_negotiation', 'write'),
     -- the schema's own description (sql/catalogue.sql, /health)
     ('schema_catalogue', 'read'), ('schema_fingerprint', 'read'),
     -- reads a caller names

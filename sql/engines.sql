@@ -507,11 +507,13 @@ $$;
 --   p_speakers   the floor: held by the engine for exactly these members (NULL: left as it is);
 --   p_close      resolved, rejected, converged or failed to close the run (floor released);
 --   p_memory     memories to write as the engine ([{key, text, meta}]): the saved decision, the record.
+--   p_assignments the agreement a converged close carries ({issue: value}; kept only with converged).
 CREATE OR REPLACE FUNCTION mycelium.engine_step(
   p_room text, p_run bigint, p_worker text, p_seq integer, p_trace jsonb, p_posts jsonb,
   p_step text, p_waiting text[], p_wait_seconds double precision, p_pending jsonb,
   p_speakers text[] DEFAULT NULL, p_close text DEFAULT NULL, p_reason text DEFAULT NULL,
-  p_outcome_text text DEFAULT NULL, p_metrics jsonb DEFAULT NULL, p_memory jsonb DEFAULT NULL
+  p_outcome_text text DEFAULT NULL, p_metrics jsonb DEFAULT NULL, p_memory jsonb DEFAULT NULL,
+  p_assignments jsonb DEFAULT NULL
 ) RETURNS mycelium.engine_runs LANGUAGE plpgsql AS $$
 DECLARE
   r mycelium.engine_runs;
@@ -556,6 +558,9 @@ BEGIN
     PERFORM mycelium.hold_floor(p_room, r.episode, r.engine, p_speakers, r.engine);
   ELSIF p_close IS NOT NULL THEN
     PERFORM mycelium.release_floor(p_room, r.episode, r.engine);
+    IF r.kind = 'aligner' THEN  -- a negotiation's roster was frozen for it (negotiations.sql)
+      PERFORM mycelium.thaw_roster(p_room, r.episode);
+    END IF;
   END IF;
   SELECT coalesce(max(seq), 0) INTO next_seq FROM mycelium.engine_posts WHERE room = p_room AND run_id = r.id;
   FOR p IN SELECT * FROM jsonb_array_elements(coalesce(p_posts, '[]')) LOOP
@@ -585,6 +590,7 @@ BEGIN
     pending = coalesce(p_pending, '{}'),
     state = coalesce(p_close, 'open'), reason = coalesce(p_reason, reason),
     outcome_text = coalesce(p_outcome_text, outcome_text), metrics = coalesce(p_metrics, metrics),
+    assignments = CASE WHEN p_close = 'converged' THEN p_assignments END,
     closed_at = CASE WHEN p_close IS NOT NULL THEN now() END,
     lease_owner = CASE WHEN p_close IS NOT NULL THEN NULL ELSE lease_owner END,
     lease_until = CASE WHEN p_close IS NOT NULL THEN NULL ELSE lease_until END,
@@ -593,7 +599,8 @@ BEGIN
   RETURNING * INTO r;
   IF p_close IS NOT NULL THEN
     written := mycelium.write_memory(p_room, 'log/episodes/' || r.short_id,
-      jsonb_build_object('text', mycelium.episode_record(p_room, r.id)), r.engine, NULL,
+      jsonb_build_object('text', CASE WHEN r.kind = 'aligner' THEN mycelium.negotiation_record(p_room, r.id)
+                                      ELSE mycelium.episode_record(p_room, r.id) END), r.engine, NULL,
       jsonb_build_object('outcome', r.state, 'within', r.episode, 'flow', r.protocol));
   END IF;
   RETURN r;

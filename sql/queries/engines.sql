@@ -111,14 +111,17 @@ SELECT (SELECT m.body FROM mycelium.memories m WHERE m.room = :room AND m.key = 
                        ORDER BY seq DESC LIMIT :limit) t), '[]') AS turns
 
 -- name: list_episodes
--- newest first, each with the rows its agreement was compiled into; 404 without the room
-SELECT e.*, mycelium.compiled_work(e.room, e.run_id) AS tasks FROM mycelium.episodes e
+-- newest first, with the agreement a converged run carries and the rows it was compiled into;
+-- 404 without the room
+SELECT e.*, r.assignments, mycelium.compiled_work(e.room, e.run_id) AS tasks FROM mycelium.episodes e
+JOIN mycelium.engine_runs r ON r.room = e.room AND r.id = e.run_id
 WHERE e.room = :room AND mycelium.room_known(:room)
 ORDER BY e.created_at DESC, e.run_id DESC LIMIT :limit
 
 -- name: get_episode
 -- returns: row
-SELECT e.*, mycelium.compiled_work(e.room, e.run_id) AS tasks FROM mycelium.episodes e
+SELECT e.*, r.assignments, mycelium.compiled_work(e.room, e.run_id) AS tasks FROM mycelium.episodes e
+JOIN mycelium.engine_runs r ON r.room = e.room AND r.id = e.run_id
 WHERE e.room = :room AND e.short_id = :short_id
 
 -- name: episode_messages

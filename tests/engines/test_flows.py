@@ -282,7 +282,7 @@ async def test_the_gateway_refuses_unknown_kinds_and_duplicate_engines(hub):
     assert dup.value.status == 409
     with pytest.raises(Refusal) as kind:
         await verbs.call(
-            julia, "create_engine", room="atlas", handle="other", kind="aligner", description="", by=None
+            julia, "create_engine", room="atlas", handle="other", kind="oracle", description="", by=None
         )
     assert kind.value.status == 422 and kind.value.error == "unknown_engine_kind"
     with pytest.raises(Refusal) as forged:

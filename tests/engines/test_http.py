@@ -21,7 +21,7 @@ async def test_engines_agents_coordinate_and_episodes_over_http(
     )
     assert again.status_code == 409 and again.json()["error"] == "engine_exists"
     bad = await client.post(
-        "/api/rooms/atlas/engines", json={"handle": "x", "kind": "aligner", "created_by": "j"}
+        "/api/rooms/atlas/engines", json={"handle": "x", "kind": "oracle", "created_by": "j"}
     )
     assert bad.status_code in (400, 422)
     bad_handle = await client.post(

@@ -30,9 +30,10 @@ WORK_SECONDS = 1.5
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("demo")
-    p.add_argument("what", nargs="?", choices=("redispatch", "flow"), default="redispatch",
+    p.add_argument("what", nargs="?", choices=("redispatch", "flow", "negotiate"), default="redispatch",
                    help="redispatch (the default): the duplicated side effect and the ledger's fix, two "
-                        "processes; flow: a conductor running review then concord with two scripted members")
+                        "processes; flow: a conductor running review then concord with two scripted members; "
+                        "negotiate: the aligner bringing two scripted members to an agreement on NEGMAS")
     p.add_argument("--database-url", help="use this PostgreSQL instead of a temporary embedded one")
     p.add_argument("--redis", nargs="?", const="start", metavar="URL",
                    help="a Redis ledger instead: the server at URL, or (no URL) a redis-server of its own")
@@ -130,9 +131,14 @@ def _redispatch(mode: str, store_url: str, folder: Path) -> tuple[int, dict[str,
 def run(args: argparse.Namespace) -> int:
     from mycelium.cli.client import fail
 
-    if args.what == "flow":
+    if args.what in ("flow", "negotiate"):
         if args.redis or args.database_url:
-            fail("demo flow runs on a temporary embedded database of its own: no --redis or --database-url")
+            fail(f"demo {args.what} runs on a temporary embedded database of its own: "
+                 "no --redis or --database-url")
+        if args.what == "negotiate":
+            from mycelium.engines.aligner.demo import run as run_negotiation
+
+            return run_negotiation(keep=args.keep)
         from mycelium.engines.demo import run as run_flow
 
         return run_flow(keep=args.keep)

@@ -14,6 +14,11 @@ from the prose (:func:`strip`); a person writing through ``/messages`` leaves it
 readers (:func:`stance_of`, :func:`scores_of`, :func:`pieces_of`, :func:`confidence_of`) therefore
 prefer the lifted payload and fall back to parsing the prose.
 
+A negotiation reads a move from a marker whose first word is ``offer``, ``accept`` or ``reject``:
+``[[mycelium: offer price=20 deadline=2]]`` (every ``key=value`` is a term of the offer but
+``confidence``, ``stance`` and the epistemic fields ``revision_cause``, ``deferred_to``,
+``evidence`` and ``addresses``), ``[[mycelium: accept]]``, ``[[mycelium: reject]]`` (:func:`move_of`).
+
 **Faithful, never fabricated**: a value that cannot be read is ignored, a rating outside 0-100 or
 not a whole number is dropped (never clamped), and a missing rating is absent, not 0.
 """
@@ -53,6 +58,13 @@ STANCE_WORDS: Mapping[str, str] = MappingProxyType(
 )
 STANCES = ("accept", "reject")
 
+#: The first word of a marker that states a negotiation move.
+MOVE_WORDS = ("offer", "accept", "reject")
+#: Keys of a move marker that are not terms of the offer.
+_NOT_TERMS = frozenset(
+    {"confidence", "stance", "action", "revision_cause", "deferred_to", "evidence", "addresses"}
+)
+
 #: What a labelled point can be, in the order a summary lists them.
 POINT_TYPES = ("objective", "constraint", "assumption", "sub_goal", "deliverable", "out_of_scope")
 #: Every label a piece can carry.
@@ -88,6 +100,20 @@ class Piece:
 
 
 @dataclass(frozen=True)
+class Move:
+    """A negotiation move a marker states: ``offer`` with its terms, ``accept`` or ``reject``."""
+
+    action: str
+    offer: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"action": self.action}
+        if self.action == "offer":
+            out["offer"] = dict(self.offer)
+        return out
+
+
+@dataclass(frozen=True)
 class Lifted:
     """What the markers in a text state. Absent fields were not stated (or could not be read)."""
 
@@ -95,10 +121,17 @@ class Lifted:
     action: str | None = None
     scores: Mapping[str, int] = field(default_factory=dict, hash=False)
     pieces: tuple[Piece, ...] = ()
+    move: Move | None = None
 
     @property
     def empty(self) -> bool:
-        return self.confidence is None and self.action is None and not self.scores and not self.pieces
+        return (
+            self.confidence is None
+            and self.action is None
+            and not self.scores
+            and not self.pieces
+            and self.move is None
+        )
 
     def payload(self) -> dict[str, Any]:
         """The fields as they ride on the envelope payload's ``data`` (only those stated)."""
@@ -111,6 +144,8 @@ class Lifted:
             out["scores"] = dict(self.scores)
         if self.pieces:
             out["pieces"] = [p.as_dict() for p in self.pieces]
+        if self.move is not None:
+            out["move"] = self.move.as_dict()
         return out
 
 
@@ -151,6 +186,18 @@ def _confidence(raw: Any) -> float | None:
         return None
     value = float(raw)
     return value if 0.0 <= value <= 1.0 else None
+
+
+def _move(body: str) -> Move | None:
+    """The move a marker body states, or ``None`` (its first bare word is not a move word; an
+    offer that names no term states nothing)."""
+    words = _words(body)
+    if not words or words[0] not in MOVE_WORDS:
+        return None
+    if words[0] != "offer":
+        return Move(words[0])
+    terms = {k: v.strip() for k, v in _pairs(body) if k.lower() not in _NOT_TERMS and v.strip()}
+    return Move("offer", terms) if terms else None
 
 
 def _label(body: str) -> Piece | None:
@@ -205,8 +252,13 @@ def lift(text: str) -> Lifted:
     confidence: float | None = None
     action: str | None = None
     scores: dict[str, int] = {}
+    move: Move | None = None
     for match in MARKER_RE.finditer(text):
+        stated = _move(match.group(1))
+        move = stated or move
         for key, raw in _pairs(match.group(1)):
+            if stated is not None and key.lower() not in _NOT_TERMS:
+                continue  # a term of an offer, not a rating
             if _RATING_KEY_RE.fullmatch(key):  # before lowercasing: `A` is an option, `a` nothing
                 rating = _rating(raw)
                 if rating is not None:
@@ -221,7 +273,7 @@ def lift(text: str) -> Lifted:
                 stance = STANCE_WORDS.get(raw.lower())
                 if stance is not None:
                     action = stance
-    return Lifted(confidence=confidence, action=action, scores=scores, pieces=labelled(text))
+    return Lifted(confidence=confidence, action=action, scores=scores, pieces=labelled(text), move=move)
 
 
 def strip(text: str) -> str:
@@ -289,6 +341,28 @@ def scores_of(data: Mapping[str, Any] | None, prose: str | None) -> dict[str, in
         if found:
             return found
     return dict(lift(prose).scores) if isinstance(prose, str) else {}
+
+
+def move_of(data: Mapping[str, Any] | None, prose: str | None) -> Move | None:
+    """The negotiation move a message states, payload first (``/reply`` lifted it), or ``None``."""
+    raw = _data(data).get("move")
+    if isinstance(raw, Mapping) and raw.get("action") in MOVE_WORDS:
+        terms = raw.get("offer")
+        if raw["action"] != "offer":
+            return Move(str(raw["action"]))
+        if isinstance(terms, Mapping) and terms:
+            return Move("offer", {str(k): str(v) for k, v in terms.items()})
+    return lift(prose).move if isinstance(prose, str) else None
+
+
+def fields_of(prose: str | None, names: tuple[str, ...]) -> dict[str, str]:
+    """The values the markers in ``prose`` give the keys ``names`` (the last marker wins)."""
+    out: dict[str, str] = {}
+    for match in MARKER_RE.finditer(prose or ""):
+        for key, raw in _pairs(match.group(1)):
+            if key.lower() in names and raw.strip():
+                out[key.lower()] = raw.strip()
+    return out
 
 
 def _piece(raw: Any) -> Piece | None:

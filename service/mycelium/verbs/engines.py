@@ -14,7 +14,7 @@ from mycelium.verbs.messages import MessageRead, message_read
 class EngineCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     handle: str = Field(min_length=1, max_length=200)
-    kind: Literal["conductor", "persona"] = "conductor"
+    kind: Literal["conductor", "persona", "aligner", "synthesizer"] = "conductor"
     description: str = Field(default="", max_length=4000)
     created_by: str = Field(min_length=1, max_length=200)
 
@@ -110,7 +110,8 @@ def episode_summary(row: Any, message_count: int | None = None) -> EpisodeSummar
         subkind=row["subkind"],
         participants=list(flow.get("cast", [])),
         metrics=episode_metrics(row),
-        assignments={"decision": chosen["text"]} if chosen and row["outcome"] == "converged" else {},
+        assignments=row["assignments"]
+        or ({"decision": chosen["text"]} if chosen and row["outcome"] == "converged" else {}),
         tasks=list(row.get("tasks") or []),
         message_count=message_count if message_count is not None else row["post_count"],
         updated_at=row["updated_at"],

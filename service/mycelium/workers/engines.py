@@ -12,7 +12,7 @@ Every process may run it; the database shares the work out. Each pass:
    transaction, compared and swapped on the run's seq and lease, so a move is made once.
 
 It then waits for a hint (a summon, a message) or ``POLL_SECONDS``. ``MYCELIUM_ENGINE_KINDS``
-(``conductor,persona,synthesizer``) narrows the kinds this process plays; ``MYCELIUM_ENGINE_LEASE_SECONDS`` is
+(``conductor,persona,aligner,synthesizer``) narrows the kinds this process plays; ``MYCELIUM_ENGINE_LEASE_SECONDS`` is
 how long a run stays with a worker that stopped renewing it.
 """
 
@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mycelium.engines import conductor, persona
+from mycelium.engines.aligner import worker as aligner
 from mycelium.engines.flows import BUILT_IN, FlowError, Protocol, catalogue, parse_protocol
 from mycelium.engines.models import model_from_env
 from mycelium.errors import Refusal
@@ -53,7 +54,7 @@ def _float_env(name: str, default: float) -> float:
 
 
 def kinds_from_env() -> list[str]:
-    raw = os.environ.get("MYCELIUM_ENGINE_KINDS") or "conductor,persona,synthesizer"
+    raw = os.environ.get("MYCELIUM_ENGINE_KINDS") or "conductor,persona,aligner,synthesizer"
     return [k.strip() for k in raw.split(",") if k.strip()]
 
 
@@ -89,6 +90,8 @@ class EngineWorker:
                     await self.conduct(s)
                 elif s["kind"] == "synthesizer":
                     await synthesis.answer(self.verbs, self.model, self.id, s)
+                elif s["kind"] == "aligner":
+                    await aligner.negotiate(self, s)
                 else:
                     await self.play(s)
             except Refusal as r:
@@ -188,7 +191,7 @@ class EngineWorker:
 
     async def take_runs(self) -> None:
         await self.verbs.call(NOBODY, "renew_engine_runs", worker=self.id, lease_seconds=self.lease)
-        if "conductor" in self.kinds:
+        if {"conductor", "aligner"} & set(self.kinds):  # the kinds that run (a persona answers)
             await self.verbs.call(
                 NOBODY, "claim_engine_runs", worker=self.id, limit=RUN_CAPACITY, lease_seconds=self.lease
             )
@@ -212,6 +215,8 @@ class EngineWorker:
         return sum(await asyncio.gather(*(one(run) for run in due)))
 
     async def step(self, run: Mapping[str, Any]) -> bool:
+        if run["kind"] == "aligner":
+            return await aligner.step(self, run)
         replies = [
             conductor.Reply(r["sender"], r["text"], r["payload"] or {}, str(r["id"]), r["position"])
             for r in await self.verbs.call(NOBODY, "run_replies", room=run["room"], run=run["id"])
