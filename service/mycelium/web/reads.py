@@ -10,7 +10,7 @@ from mycelium.verbs import NOBODY, Verbs
 from mycelium.verbs.board import BoardRow, board_row
 from mycelium.verbs.messages import MessageRead, message_read
 from mycelium.verbs.rooms import RoomRead, room_read
-from mycelium.web import views
+from mycelium.web import runs, views
 
 #: The board's rows a room page reads (the most recently changed), the rows per column it shows
 #: unless asked for more, and the timeline entries it reads.
@@ -18,6 +18,9 @@ BOARD_LIMIT = 1000
 COLUMN_ROWS = 50
 TIMELINE_WINDOW = 200
 THREAD_LIMIT = 200
+#: The runs a thread's flow panel shows (the newest first), and the episodes a room's list shows.
+THREAD_RUNS = 10
+EPISODES_LISTED = 200
 
 
 async def room(verbs: Verbs, name: str) -> RoomRead:
@@ -110,4 +113,26 @@ async def task_page(verbs: Verbs, name: str, key: str) -> dict[str, Any]:
             "fields": fields, "depends": depends, "dependents": dependents, "head": head,
             "thread": shown, "handles": handles,
             "floor": next((f for f in floors if f.thread == row.short_id), None),
-            "left": views.seconds_left(row, now)}
+            "left": views.seconds_left(row, now),
+            "runs": await engine_runs(verbs, name, episode=row.episode, limit=THREAD_RUNS)}
+
+
+async def engine_runs(verbs: Verbs, name: str, *, episode: str | None = None, short_id: str | None = None,
+                      limit: int = EPISODES_LISTED) -> list[runs.Run]:
+    """The room's engine runs (of one thread, or one run), newest first."""
+    rows = await verbs.call(NOBODY, "web_runs", room=name, episode=episode, short_id=short_id, limit=limit)
+    return [runs.run_of(r) for r in rows]
+
+
+async def episode_page(verbs: Verbs, name: str, short_id: str) -> dict[str, Any]:
+    """One run with its slice of the thread (the summon, what it posted, the replies it read)."""
+    now = await verbs.call(NOBODY, "room_clock", room=name)
+    the_room = await room(verbs, name)
+    found = await engine_runs(verbs, name, short_id=short_id, limit=1)
+    if not found:
+        raise Refusal(404, "episode_not_found", f"No episode {short_id!r} in room {name!r}",
+                      {"room": name, "short_id": short_id})
+    messages = await verbs.call(NOBODY, "episode_messages", room=name, short_id=short_id)
+    head: int = await verbs.call(NOBODY, "timeline_head", room=name)
+    return {"now": now, "room": the_room, "run": found[0], "messages": [message_read(m) for m in messages],
+            "head": head}
