@@ -33,9 +33,14 @@ def handle_of(request: Request[Any, Any, Any]) -> str:
     return request.cookies.get(HANDLE_COOKIE, "")[:200]
 
 
+def identity(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    """Who the page's forms write as (``me``), and whether that is the signed-in principal of a
+    gated hub (``gated``: the forms then have no handle field, and the writes are the principal's)."""
+    return {"me": handle_of(request), "gated": principal_in(request.scope) is not None}
+
+
 def page(name: str, request: Request[Any, Any, Any], status: int = 200, **context: Any) -> Template:
-    return Template(template_name=name, status_code=status,
-                    context={"me": handle_of(request), **context})
+    return Template(template_name=name, status_code=status, context={**identity(request), **context})
 
 
 @get("/")
