@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mycelium.core.envelope import short_id
 from mycelium.errors import Refusal
 from mycelium.verbs import NOBODY, Verbs
 from mycelium.verbs.board import BoardRow, board_row
@@ -88,19 +89,49 @@ async def room_page(verbs: Verbs, name: str, rows: int = COLUMN_ROWS) -> dict[st
             "handles": known, "seconds_left": views.seconds_left, "rows": rows}
 
 
+async def room_talk(verbs: Verbs, name: str) -> dict[str, Any]:
+    """What the room page's timeline shows, read without the board: what the page's script re-reads
+    when the room's stream brings a message (a notice, which may move the board, re-reads it all)."""
+    now = await verbs.call(NOBODY, "room_clock", room=name)
+    the_room = await room(verbs, name)
+    head, messages = await recent(verbs, name)
+    threads = sorted({str(m.payload["episode"]) for m in messages if m.payload_type == "ping"
+                      and m.payload.get("episode")})
+    titles = {r["episode"]: (r["key"], r["title"])
+              for r in await verbs.call(NOBODY, "web_thread_titles", room=name, episodes=threads)}
+    return {"now": now, "room": the_room, "lines": views.timeline(name, messages, titles), "head": head}
+
+
+async def thread_of(verbs: Verbs, name: str, episode: str) -> list[MessageRead]:
+    """A task's thread, oldest first (its last ``THREAD_LIMIT`` messages)."""
+    thread = await verbs.call(NOBODY, "list_messages", room=name, sender=None, message_type=None, kind=None,
+                              status=None, since=None, before_position=None, before_time=None,
+                              episode=episode, offset=0, limit=THREAD_LIMIT)
+    return [message_read(m) for m in reversed(thread)]
+
+
+async def task_talk(verbs: Verbs, name: str, key: str) -> dict[str, Any]:
+    """What a task page's thread and flow panel show, read without the row (as ``room_talk``)."""
+    now = await verbs.call(NOBODY, "room_clock", room=name)
+    the_room = await room(verbs, name)
+    memory = await verbs.call(NOBODY, "get_memory", room=name, key=key)
+    episode = memory["episode"]
+    floors = views.floors(await verbs.call(NOBODY, "room_floors", room=name))
+    return {"now": now, "room": the_room, "key": memory["key"], "thread_id": short_id(episode),
+            "thread": await thread_of(verbs, name, episode),
+            "floor": next((f for f in floors if f.thread == short_id(episode)), None),
+            "runs": await engine_runs(verbs, name, episode=episode, limit=THREAD_RUNS)}
+
+
 async def task_page(verbs: Verbs, name: str, key: str) -> dict[str, Any]:
     now = await verbs.call(NOBODY, "room_clock", room=name)
     the_room = await room(verbs, name)
     row = board_row(await verbs.call(NOBODY, "board_row", room=name, ref=key))
     memory = await verbs.call(NOBODY, "get_memory", room=name, key=row.key)
     links = await verbs.call(NOBODY, "memory_links_of", room=name, key=row.key)
-    thread = await verbs.call(NOBODY, "list_messages", room=name, sender=None, message_type=None, kind=None,
-                              status=None, since=None, before_position=None, before_time=None,
-                              episode=row.episode, offset=0, limit=THREAD_LIMIT)
+    shown = await thread_of(verbs, name, row.episode)
     head: int = await verbs.call(NOBODY, "timeline_head", room=name)
-    floors = views.floors(await verbs.call(NOBODY, "room_floors", room=name))
-    present, _ = await members(verbs, name)
-    shown = [message_read(m) for m in reversed(thread)]
+    present, floors = await members(verbs, name)
     named = {m["handle"] for m in present} | set(the_room.members) | {row.owner or "", row.assignee or ""}
     handles = sorted((named | {m.sender_handle for m in shown if m.sender_role != "coordinator"}) - {""})
     depends = memory["meta"].get("depends-on") or []
@@ -109,7 +140,7 @@ async def task_page(verbs: Verbs, name: str, key: str) -> dict[str, Any]:
     dependents = [b for b in links.get("backlinks", []) if b.get("relation") == "depends-on"]
     fields = {k: v for k, v in memory["meta"].items() if k not in ("episode",)}
     body = views.without_title(views.body_text(memory["value"]), row.title)
-    return {"now": now, "room": the_room, "row": row, "body": body,
+    return {"now": now, "room": the_room, "row": row, "key": row.key, "thread_id": row.short_id, "body": body,
             "fields": fields, "depends": depends, "dependents": dependents, "head": head,
             "thread": shown, "handles": handles,
             "floor": next((f for f in floors if f.thread == row.short_id), None),
