@@ -4,14 +4,16 @@ over the API takes to appear in an open page (headless Chromium following the ro
 
 The room: 500 tasks (a third claimed, a sixth resolved), 1,000 messages (half in the room's channel,
 half spread over 50 task threads, each of which also pings the channel). The page shows each board
-column's first 100 rows and the timeline's last 300 entries (paged, not everything at once); the
-API's side is the same reads as JSON (the three board columns, the last 300 timeline messages and
-the members). Both are timed back to back on one keep-alive connection. The tables are analysed after
-the seeding (autovacuum's job on a live database: without statistics the board's view plans badly).
+column's first 50 rows and the timeline's last 200 entries (paged, not everything at once); the
+API's side is the board and the timeline as JSON (the three board columns of 100 rows, the last 300
+timeline messages and the members). Both are timed back to back on one keep-alive connection, as
+are the page's live parts: all of them (what a notice re-reads) and what was said alone
+(``?only=talk``, what a message re-reads). The tables are analysed after the seeding (autovacuum's
+job on a live database: without statistics the board's view plans badly).
 
 Live: the page posts a message with ``fetch`` to the API and a MutationObserver notes when its text
 is in the timeline, both on the page's clock, so the interval covers the POST, the commit, the wake,
-the stream's event, the page's re-read of its parts and the swap.
+the stream's event, the page's re-read of the parts a message changes and the swap.
 
     python bench/web.py                 # 200 page loads per path, 50 live messages
     python bench/web.py --loads 50 --live 20 --no-write
@@ -91,8 +93,9 @@ class Timed(NamedTuple):
     cpu_ms: float  # the hub's and the database server's CPU per load (less at the mercy of other load)
 
 
-def measure(url: str, loads: int, pids: list[int]) -> tuple[Timed, Timed, Timed, int]:
-    """The page, its live parts and the API's JSON for the same data, and the page's size."""
+def measure(url: str, loads: int, pids: list[int]) -> tuple[Timed, Timed, Timed, Timed, int]:
+    """The page, its live parts (all, and what was said), the API's JSON for the same data, and the
+    page's size."""
 
     def timed(client: httpx.Client, paths: list[str]) -> Timed:
         before = sum(tree_cpu(p) for p in pids)
@@ -106,7 +109,8 @@ def measure(url: str, loads: int, pids: list[int]) -> tuple[Timed, Timed, Timed,
         api_paths += [f"/api/rooms/{ROOM}/messages?limit=300", f"/api/rooms/{ROOM}/sessions/members"]
         api = timed(client, api_paths)
         parts = timed(client, [f"/room/{ROOM}/parts"])
-    return page, parts, api, size
+        talk = timed(client, [f"/room/{ROOM}/parts?only=talk"])
+    return page, parts, talk, api, size
 
 
 LIVE_JS = """async (text) => {
@@ -156,7 +160,7 @@ async def main() -> None:
         try:
             hub.wait_ready()
             pids = [hub.proc.pid] + ([db.postmaster] if db.postmaster else [])
-            page, parts, api, size = await asyncio.to_thread(measure, hub.url, args.loads, pids)
+            page, parts, talk, api, size = await asyncio.to_thread(measure, hub.url, args.loads, pids)
             arrivals = await live(hub.url, args.live)
         finally:
             hub.stop()
@@ -169,11 +173,13 @@ async def main() -> None:
     rows = [
         row("room page `/room/<name>` (HTML)", page.seconds, page.cpu_ms, f"one request, {size / 1024:.0f} KiB"),
         row("its live parts `/room/<name>/parts` (HTML)", parts.seconds, parts.cpu_ms,
-            "what the script re-reads per event"),
+            "board, timeline, members: what a notice re-reads"),
+        row("what was said `/room/<name>/parts?only=talk` (HTML)", talk.seconds, talk.cpu_ms,
+            "the timeline alone: what a message re-reads"),
         row("the API's JSON for the same data", api.seconds, api.cpu_ms,
             "5 requests: 3 board columns, 300 messages, members"),
         row("a message posted over the API, in an open page", arrivals, None,
-            "POST → commit → stream → parts re-read → swap"),
+            "POST → commit → stream → `only=talk` re-read → swap"),
     ]
     text = table(["what", "median ms", "p95 ms", "hub + server CPU ms", "note"], rows)
     load = os.getloadavg()[0]

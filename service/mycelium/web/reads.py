@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,8 +14,8 @@ from mycelium.verbs.messages import MessageRead, message_read
 from mycelium.verbs.rooms import RoomRead, room_read
 from mycelium.web import runs, views
 
-#: The board's rows a room page reads (the most recently changed), the rows per column it shows
-#: unless asked for more, and the timeline entries it reads.
+#: The rows per board column a room page shows at most (``?rows=``) and unless asked for more (the
+#: most recently changed), and the timeline entries it reads.
 BOARD_LIMIT = 1000
 COLUMN_ROWS = 50
 TIMELINE_WINDOW = 200
@@ -37,31 +38,41 @@ class Board:
 
     columns: dict[str, list[BoardRow]]
     counts: dict[str, int]
-    titles: views.Titles  # every row read, by its thread
 
 
 async def board(verbs: Verbs, name: str, rows: int) -> Board:
-    """The board, most recently changed first, in one read (the view derives every row's lease and
-    dependencies at once, so three filtered reads cost three times one); only the rows shown are
-    shaped into models."""
-    read = await verbs.call(NOBODY, "board_rows", room=name, attention=None, namespace=None,
-                            limit=BOARD_LIMIT, offset=0)
+    """The first ``rows`` of each column, most recently changed first, and each column's count, in
+    one read (the view derives every row's lease and dependencies at once, so three filtered reads
+    cost three times one)."""
+    read = await verbs.call(NOBODY, "web_board", room=name, rows=rows)
     columns: dict[str, list[BoardRow]] = {attention: [] for attention, _ in views.COLUMNS}
     counts = dict.fromkeys(columns, 0)
     for r in read:
-        attention = r["attention"]
-        counts[attention] = counts.get(attention, 0) + 1
-        if counts[attention] <= rows:
-            columns.setdefault(attention, []).append(board_row(r))
-    return Board(columns, counts, {r["episode"]: (r["key"], r["title"]) for r in read})
+        columns.setdefault(r["attention"], []).append(board_row(r))
+        counts[r["attention"]] = r["in_column"]
+    return Board(columns, counts)
 
 
-async def recent(verbs: Verbs, name: str) -> tuple[int, list[MessageRead]]:
-    """The room's timeline head and its last ``TIMELINE_WINDOW`` entries, oldest first."""
+@dataclass
+class Recent:
+    """The room's timeline head, its last ``TIMELINE_WINDOW`` entries (oldest first), and the rows
+    of the threads whose pings are among them."""
+
+    head: int
+    messages: list[MessageRead]
+    titles: views.Titles
+
+
+async def recent(verbs: Verbs, name: str) -> Recent:
     head: int = await verbs.call(NOBODY, "timeline_head", room=name)
     rows = await verbs.call(NOBODY, "messages_after", room=name, after=max(0, head - TIMELINE_WINDOW),
                             limit=TIMELINE_WINDOW)
-    return head, [message_read(r) for r in rows]
+    messages = [message_read(r) for r in rows]
+    threads = sorted({str(m.payload["episode"]) for m in messages if m.payload_type == "ping"
+                      and m.payload.get("episode")})
+    titles = {r["episode"]: (r["key"], r["title"])
+              for r in await verbs.call(NOBODY, "web_thread_titles", room=name, episodes=threads)}
+    return Recent(head, messages, titles)
 
 
 async def members(verbs: Verbs, name: str) -> tuple[list[Any], list[views.Floor]]:
@@ -71,13 +82,13 @@ async def members(verbs: Verbs, name: str) -> tuple[list[Any], list[views.Floor]
 
 
 async def room_page(verbs: Verbs, name: str, rows: int = COLUMN_ROWS) -> dict[str, Any]:
-    """Everything the room page shows (``rows`` per board column)."""
-    now = await verbs.call(NOBODY, "room_clock", room=name)
-    the_room = await room(verbs, name)
-    the_board = await board(verbs, name, rows)
-    head, messages = await recent(verbs, name)
-    present, floors = await members(verbs, name)
-    lines = views.timeline(name, messages, the_board.titles)
+    """Everything the room page shows (``rows`` per board column). The reads go at once, each on a
+    connection of its own: the board's is most of the time, and the rest is read and shaped meanwhile."""
+    now, the_room, the_board, said, (present, floors) = await asyncio.gather(
+        verbs.call(NOBODY, "room_clock", room=name), room(verbs, name), board(verbs, name, rows),
+        recent(verbs, name), members(verbs, name))
+    head, messages = said.head, said.messages
+    lines = views.timeline(name, messages, said.titles)
     floor_of = {f.thread: f for f in floors}
     here = {m["handle"] for m in present}
     shown = [r for column in the_board.columns.values() for r in column]
@@ -92,14 +103,10 @@ async def room_page(verbs: Verbs, name: str, rows: int = COLUMN_ROWS) -> dict[st
 async def room_talk(verbs: Verbs, name: str) -> dict[str, Any]:
     """What the room page's timeline shows, read without the board: what the page's script re-reads
     when the room's stream brings a message (a notice, which may move the board, re-reads it all)."""
-    now = await verbs.call(NOBODY, "room_clock", room=name)
-    the_room = await room(verbs, name)
-    head, messages = await recent(verbs, name)
-    threads = sorted({str(m.payload["episode"]) for m in messages if m.payload_type == "ping"
-                      and m.payload.get("episode")})
-    titles = {r["episode"]: (r["key"], r["title"])
-              for r in await verbs.call(NOBODY, "web_thread_titles", room=name, episodes=threads)}
-    return {"now": now, "room": the_room, "lines": views.timeline(name, messages, titles), "head": head}
+    now, the_room, said = await asyncio.gather(
+        verbs.call(NOBODY, "room_clock", room=name), room(verbs, name), recent(verbs, name))
+    return {"now": now, "room": the_room, "lines": views.timeline(name, said.messages, said.titles),
+            "head": said.head}
 
 
 async def thread_of(verbs: Verbs, name: str, episode: str) -> list[MessageRead]:
@@ -112,26 +119,28 @@ async def thread_of(verbs: Verbs, name: str, episode: str) -> list[MessageRead]:
 
 async def task_talk(verbs: Verbs, name: str, key: str) -> dict[str, Any]:
     """What a task page's thread and flow panel show, read without the row (as ``room_talk``)."""
-    now = await verbs.call(NOBODY, "room_clock", room=name)
-    the_room = await room(verbs, name)
-    memory = await verbs.call(NOBODY, "get_memory", room=name, key=key)
+    now, the_room, memory, floors = await asyncio.gather(
+        verbs.call(NOBODY, "room_clock", room=name), room(verbs, name),
+        verbs.call(NOBODY, "get_memory", room=name, key=key), verbs.call(NOBODY, "room_floors", room=name))
     episode = memory["episode"]
-    floors = views.floors(await verbs.call(NOBODY, "room_floors", room=name))
-    return {"now": now, "room": the_room, "key": memory["key"], "thread_id": short_id(episode),
-            "thread": await thread_of(verbs, name, episode),
-            "floor": next((f for f in floors if f.thread == short_id(episode)), None),
-            "runs": await engine_runs(verbs, name, episode=episode, limit=THREAD_RUNS)}
+    thread, the_runs = await asyncio.gather(thread_of(verbs, name, episode),
+                                            engine_runs(verbs, name, episode=episode, limit=THREAD_RUNS))
+    thread_id = short_id(episode)
+    return {"now": now, "room": the_room, "key": memory["key"], "thread_id": thread_id, "thread": thread,
+            "floor": next((f for f in views.floors(floors) if f.thread == thread_id), None), "runs": the_runs}
 
 
 async def task_page(verbs: Verbs, name: str, key: str) -> dict[str, Any]:
-    now = await verbs.call(NOBODY, "room_clock", room=name)
-    the_room = await room(verbs, name)
-    row = board_row(await verbs.call(NOBODY, "board_row", room=name, ref=key))
-    memory = await verbs.call(NOBODY, "get_memory", room=name, key=row.key)
-    links = await verbs.call(NOBODY, "memory_links_of", room=name, key=row.key)
-    shown = await thread_of(verbs, name, row.episode)
-    head: int = await verbs.call(NOBODY, "timeline_head", room=name)
-    present, floors = await members(verbs, name)
+    """Everything a task's page shows; the reads go at once, as the room page's do."""
+    now, the_room, found, head, (present, floors) = await asyncio.gather(
+        verbs.call(NOBODY, "room_clock", room=name), room(verbs, name),
+        verbs.call(NOBODY, "board_row", room=name, ref=key), verbs.call(NOBODY, "timeline_head", room=name),
+        members(verbs, name))
+    row = board_row(found)
+    memory, links, shown, the_runs = await asyncio.gather(
+        verbs.call(NOBODY, "get_memory", room=name, key=row.key),
+        verbs.call(NOBODY, "memory_links_of", room=name, key=row.key), thread_of(verbs, name, row.episode),
+        engine_runs(verbs, name, episode=row.episode, limit=THREAD_RUNS))
     named = {m["handle"] for m in present} | set(the_room.members) | {row.owner or "", row.assignee or ""}
     handles = sorted((named | {m.sender_handle for m in shown if m.sender_role != "coordinator"}) - {""})
     depends = memory["meta"].get("depends-on") or []
@@ -144,8 +153,7 @@ async def task_page(verbs: Verbs, name: str, key: str) -> dict[str, Any]:
             "fields": fields, "depends": depends, "dependents": dependents, "head": head,
             "thread": shown, "handles": handles,
             "floor": next((f for f in floors if f.thread == row.short_id), None),
-            "left": views.seconds_left(row, now),
-            "runs": await engine_runs(verbs, name, episode=row.episode, limit=THREAD_RUNS)}
+            "left": views.seconds_left(row, now), "runs": the_runs}
 
 
 async def engine_runs(verbs: Verbs, name: str, *, episode: str | None = None, short_id: str | None = None,
