@@ -43,7 +43,7 @@
       if (!here) return;
       const list = here.querySelector(".timeline");
       const atEnd = !list || list.scrollTop + list.clientHeight >= list.scrollHeight - 8;
-      here.innerHTML = fresh.innerHTML;
+      here.replaceChildren(...fresh.childNodes);  // (moved from the parsed document: not parsed twice)
       const newList = here.querySelector(".timeline");
       if (newList && atEnd) newList.scrollTop = newList.scrollHeight;
     });
