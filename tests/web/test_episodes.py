@@ -60,8 +60,12 @@ async def test_a_negotiation_reads_by_its_kind_its_moves_and_its_agreement(clien
     assert f'href="/room/atlas/episode/{short_id}"' in listed and "aligner" in listed and "Agree the price" in listed
     one = await client.get(f"/room/atlas/episode/{short_id}")
     assert one.status_code == 200 and "The agreement" in one.text and "The record, as a memory" in one.text
-    parts = await client.get(f"/room/atlas/episode-parts/{short_id}")
-    assert parts.status_code == 200 and 'data-part="run"' in parts.text and "<html" not in parts.text
+    # the parts the pages' script re-reads (it asks for what was said alone; these are small anyway)
+    for path in (f"/room/atlas/episode-parts/{short_id}", "/room/atlas/episodes-parts"):
+        for query in ("", "?only=talk"):
+            parts = await client.get(path + query)
+            assert parts.status_code == 200 and "data-part=" in parts.text and "<html" not in parts.text
+            assert short_id in parts.text
 
 
 async def test_an_open_negotiation_shows_whom_it_waits_for_and_no_outcome(client, admin_conn):
