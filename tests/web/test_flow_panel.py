@@ -69,6 +69,8 @@ async def test_the_flow_panel_follows_a_conductor_run_live(browser, hub_url, db_
         panel = page.locator("[data-part=flow]")
         await expect(panel).to_contain_text("No engine has run in this thread")
         marker = await page.evaluate("window.__marker = Math.random()")
+        reads: list[str] = []
+        page.on("request", lambda r: reads.append(r.url) if "/task-parts/" in r.url else None)
 
         await coordinate(admin_conn, "atlas", key, "gated @nova @julia: ship the pricing page")
         run = panel.locator(".run")
@@ -103,6 +105,9 @@ async def test_the_flow_panel_follows_a_conductor_run_live(browser, hub_url, db_
         await expect(metrics).to_contain_text("provenance weight")
         await expect(page.locator("[data-part=thread]")).to_contain_text("resolved after 4 step(s)")
         assert await page.evaluate("window.__marker") == marker  # all of it live, no reload
+        # the run moved the floor at every step, and said things: none of it touches the row, so the
+        # page re-read its thread and flow panel alone
+        assert reads and all(url.endswith("?only=talk") for url in reads), reads
 
         # the room's episodes, and the episode's own page with its slice of the thread
         await page.goto(f"{hub_url}/room/atlas")

@@ -12,6 +12,8 @@
   // What an event may have changed: a notice (a filing, a claim, a settlement) or a presence may
   // move the board, the row and the members, and so may a member the rail does not know yet; any
   // other message only changes what is said (the timeline, a thread and its flow), re-read alone.
+  // (A floor that moved shows in a thread and its flow panel, and on a room's board and rail: on a
+  // page with neither, it is what was said.)
   let refreshing = false, again = false, timer = null, wanted = null;
   function schedule(what) {
     wanted = wanted === "all" || what === "all" ? "all" : "talk";
@@ -19,7 +21,11 @@
     else again = true;
   }
   function changed(m) {
-    if (!m || m.payload_type === "notice" || m.payload_type === "presence") return "all";
+    if (!m || m.payload_type === "presence") return "all";
+    if (m.payload_type === "notice") {
+      const floor = m.payload && m.payload.subkind === "floor";
+      return floor && !document.querySelector('[data-part="board"], [data-part="members"]') ? "talk" : "all";
+    }
     const rail = document.querySelectorAll("[data-handle]");
     if (rail.length && m.sender_role !== "coordinator"
         && !Array.from(rail).some((el) => el.dataset.handle === m.sender_handle)) return "all";
