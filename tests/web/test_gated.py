@@ -11,7 +11,7 @@ import httpx
 import pytest
 from playwright.async_api import expect
 
-from tests.auth.conftest import HUB_SECRET, Provider, bearer, provider  # noqa: F401 (the fixture)
+from tests.auth.conftest import HUB_SECRET, Provider, bearer, gated, provider  # noqa: F401 (fixtures)
 from tests.support.processes import HubProcess
 from tests.web.test_browser import LIVE, open_page
 
@@ -74,3 +74,20 @@ async def test_a_signed_in_person_writes_as_their_principal_with_no_handle_field
         "hello from alice": "alice", "crafted as olga": "alice"}
     assert foreign == [] and dialogs == [] and errors == []
     await context.close()
+
+
+async def test_a_private_rooms_runs_and_talk_are_not_found_by_a_non_member(gated, provider: Provider):  # noqa: F811
+    olga = bearer(provider.token("olga", role="operator"))
+    assert (await gated.post("/api/rooms", json={"name": "vault", "is_public": False, "owner": "olga"},
+                             headers=olga)).status_code == 201
+    row = (await gated.post("/api/rooms/vault/tasks", json={"title": "Secret", "handle": "olga"},
+                            headers=olga)).json()
+    html = {"accept": "text/html"}
+    for who, status in (("olga", 200), ("bob", 404)):
+        me = {**html, **bearer(provider.token(who, role="operator" if who == "olga" else "agent"))}
+        for path in ("/room/vault/episodes", "/room/vault/episodes-parts", f"/room/vault/task/{row['key']}",
+                     f"/room/vault/task-parts/{row['key']}?only=talk", "/room/vault/parts?only=talk"):
+            r = await gated.get(path, headers=me)
+            assert r.status_code == status, (who, path, r.status_code)
+            if status == 404:
+                assert "Secret" not in r.text and "room_not_found" in r.text
