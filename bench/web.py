@@ -237,9 +237,16 @@ The goals: a page in ≤ 50 ms p95 (here {1000 * pct(page.seconds, 0.95):.0f} ms
 p95 (here {1000 * pct(arrivals, 0.95):.0f} ms). The page's CPU, the hub's and the database server's together, is
 {page.cpu_ms / api.cpu_ms:.0%} of what the API's JSON for the same data costs.
 
-Where the page's database time goes, each read alone:
+Where the page's database time goes, each read alone (on the same loaded machine):
 
-{where}""")
+{where}
+
+The board's read is most of it: the board's view derives every row's lease and dependencies (to count
+each column, every row), so it costs about as much for the 150 rows shown as for all {args.tasks}; the
+page's other reads take a few milliseconds together. A message re-reads what was said alone
+(`only=talk`, {talk.cpu_ms:.0f} ms of CPU against {parts.cpu_ms:.0f} for every part); a notice, which may move the
+board, re-reads every part. On a loaded machine the times follow the load; the CPU per load is the
+steadier measure.""")
 
 
 if __name__ == "__main__":
