@@ -4,14 +4,16 @@ over the API takes to appear in an open page (headless Chromium following the ro
 
 The room: 500 tasks (a third claimed, a sixth resolved), 1,000 messages (half in the room's channel,
 half spread over 50 task threads, each of which also pings the channel). The page shows each board
-column's first 100 rows and the timeline's last 300 entries (paged, not everything at once); the
-API's side is the same reads as JSON (the three board columns, the last 300 timeline messages and
-the members). Both are timed back to back on one keep-alive connection. The tables are analysed after
-the seeding (autovacuum's job on a live database: without statistics the board's view plans badly).
+column's first 50 rows and the timeline's last 200 entries (paged, not everything at once); the
+API's side is the board and the timeline as JSON (the three board columns of 100 rows, the last 300
+timeline messages and the members). Both are timed back to back on one keep-alive connection, as
+are the page's live parts: all of them (what a notice re-reads) and what was said alone
+(``?only=talk``, what a message re-reads). The tables are analysed after the seeding (autovacuum's
+job on a live database: without statistics the board's view plans badly).
 
 Live: the page posts a message with ``fetch`` to the API and a MutationObserver notes when its text
 is in the timeline, both on the page's clock, so the interval covers the POST, the commit, the wake,
-the stream's event, the page's re-read of its parts and the swap.
+the stream's event, the page's re-read of the parts a message changes and the swap.
 
     python bench/web.py                 # 200 page loads per path, 50 live messages
     python bench/web.py --loads 50 --live 20 --no-write
@@ -88,16 +90,24 @@ def time_loads(client: httpx.Client, paths: list[str], loads: int) -> list[float
 
 class Timed(NamedTuple):
     seconds: list[float]
-    cpu_ms: float  # the hub's and the database server's CPU per load (less at the mercy of other load)
+    hub_ms: float  # the hub's CPU per load (less at the mercy of other load than the time)
+    server_ms: float | None  # the database server's (None on a server of DATABASE_URL)
+
+    @property
+    def cpu_ms(self) -> float:
+        return self.hub_ms + (self.server_ms or 0.0)
 
 
-def measure(url: str, loads: int, pids: list[int]) -> tuple[Timed, Timed, Timed, int]:
-    """The page, its live parts and the API's JSON for the same data, and the page's size."""
+def measure(url: str, loads: int, hub: int, server: int | None) -> tuple[Timed, Timed, Timed, Timed, int]:
+    """The page, its live parts (all, and what was said), the API's JSON for the same data, and the
+    page's size."""
 
     def timed(client: httpx.Client, paths: list[str]) -> Timed:
-        before = sum(tree_cpu(p) for p in pids)
+        before = tree_cpu(hub), (tree_cpu(server) if server else 0.0)
         seconds = time_loads(client, paths, loads)
-        return Timed(seconds, 1000 * (sum(tree_cpu(p) for p in pids) - before) / (loads + 1))
+        after = tree_cpu(hub), (tree_cpu(server) if server else 0.0)
+        per = [1000 * (a - b) / (loads + 1) for a, b in zip(after, before, strict=True)]
+        return Timed(seconds, per[0], per[1] if server else None)
 
     with httpx.Client(base_url=url, timeout=30) as client:
         page = timed(client, [f"/room/{ROOM}"])
@@ -106,7 +116,8 @@ def measure(url: str, loads: int, pids: list[int]) -> tuple[Timed, Timed, Timed,
         api_paths += [f"/api/rooms/{ROOM}/messages?limit=300", f"/api/rooms/{ROOM}/sessions/members"]
         api = timed(client, api_paths)
         parts = timed(client, [f"/room/{ROOM}/parts"])
-    return page, parts, api, size
+        talk = timed(client, [f"/room/{ROOM}/parts?only=talk"])
+    return page, parts, talk, api, size
 
 
 LIVE_JS = """async (text) => {
@@ -122,6 +133,34 @@ LIVE_JS = """async (text) => {
     body: JSON.stringify({sender_handle: 'agent1', content: text})});
   return (await seen) - started;
 }"""
+
+
+async def reads_alone(dsn: str, rows: int, runs: int = 50) -> dict[str, float]:
+    """Where a page's database time goes: the median of its board read (the board's view, every row
+    derived to count the columns), the same view read whole, and the timeline's read, each as one
+    statement on a connection of its own (the round trip over the local socket included)."""
+    from mycelium.db.queries import query
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        head = await conn.fetchval(query("timeline_head").sql, ROOM)
+        statements = {
+            "board (web_board)": (query("web_board").sql, (ROOM, rows)),
+            "board view, every row": ("SELECT * FROM mycelium.board_rows WHERE room = $1", (ROOM,)),
+            "timeline (messages_after, 200)": (query("messages_after").sql, (ROOM, max(0, head - 200), 200)),
+        }
+        out = {}
+        for name, (sql, params) in statements.items():
+            await conn.fetch(sql, *params)
+            times = []
+            for _ in range(runs):
+                started = time.perf_counter()
+                await conn.fetch(sql, *params)
+                times.append(time.perf_counter() - started)
+            out[name] = 1000 * statistics.median(times)
+        return out
+    finally:
+        await conn.close()
 
 
 async def live(url: str, count: int) -> list[float]:
@@ -155,29 +194,35 @@ async def main() -> None:
         hub = HubProcess(data_dir=scratch / "hub", database_url=db.dsn, extra=["--no-mirror", "--no-workers"])
         try:
             hub.wait_ready()
-            pids = [hub.proc.pid] + ([db.postmaster] if db.postmaster else [])
-            page, parts, api, size = await asyncio.to_thread(measure, hub.url, args.loads, pids)
+            page, parts, talk, api, size = await asyncio.to_thread(measure, hub.url, args.loads, hub.proc.pid,
+                                                                   db.postmaster)
             arrivals = await live(hub.url, args.live)
+            alone = await reads_alone(db.dsn, 50)
         finally:
             hub.stop()
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def row(name: str, values: list[float], cpu: float | None, note: str) -> list[object]:
+    def row(name: str, values: list[float], cpu: Timed | None, note: str) -> list[object]:
         return [name, f"{1000 * statistics.median(values):.1f}", f"{1000 * pct(values, 0.95):.1f}",
-                "" if cpu is None else f"{cpu:.1f}", note]
+                "" if cpu is None else f"{len(values) / sum(values):.0f}",
+                "" if cpu is None else f"{cpu.hub_ms:.1f}",
+                "" if cpu is None or cpu.server_ms is None else f"{cpu.server_ms:.1f}", note]
 
     rows = [
-        row("room page `/room/<name>` (HTML)", page.seconds, page.cpu_ms, f"one request, {size / 1024:.0f} KiB"),
-        row("its live parts `/room/<name>/parts` (HTML)", parts.seconds, parts.cpu_ms,
-            "what the script re-reads per event"),
-        row("the API's JSON for the same data", api.seconds, api.cpu_ms,
+        row("room page `/room/<name>` (HTML)", page.seconds, page, f"one request, {size / 1024:.0f} KiB"),
+        row("its live parts `/room/<name>/parts` (HTML)", parts.seconds, parts,
+            "board, timeline, members: what a notice re-reads"),
+        row("what was said `/room/<name>/parts?only=talk` (HTML)", talk.seconds, talk,
+            "the timeline alone: what a message re-reads"),
+        row("the API's JSON for the same data", api.seconds, api,
             "5 requests: 3 board columns, 300 messages, members"),
         row("a message posted over the API, in an open page", arrivals, None,
-            "POST → commit → stream → parts re-read → swap"),
+            "POST → commit → stream → `only=talk` re-read → swap"),
     ]
-    text = table(["what", "median ms", "p95 ms", "hub + server CPU ms", "note"], rows)
+    text = table(["what", "median ms", "p95 ms", "loads/s", "hub CPU ms", "server CPU ms", "note"], rows)
+    where = table(["one statement", "median ms"], [[name, f"{ms:.1f}"] for name, ms in alone.items()])
     load = os.getloadavg()[0]
-    print(text)
+    print(text, where, sep="\n\n")
     if not args.no_write:
         write_section("web", f"""## The web app (bench/web.py)
 
@@ -187,9 +232,21 @@ loads per path back to back on one keep-alive connection; {args.live} live messa
 
 {text}
 
+CPU is per load (a load of the API's line is its 5 requests); loads/s is one client's, back to back.
 The goals: a page in ≤ 50 ms p95 (here {1000 * pct(page.seconds, 0.95):.0f} ms) and a live message in ≤ 200 ms
 p95 (here {1000 * pct(arrivals, 0.95):.0f} ms). The page's CPU, the hub's and the database server's together, is
-{page.cpu_ms / api.cpu_ms:.0%} of what the API's JSON for the same data costs.""")
+{page.cpu_ms / api.cpu_ms:.0%} of what the API's JSON for the same data costs.
+
+Where the page's database time goes, each read alone (on the same loaded machine):
+
+{where}
+
+The board's read is most of it: the board's view derives every row's lease and dependencies (to count
+each column, every row), so it costs about as much for the 150 rows shown as for all {args.tasks}; the
+page's other reads take a few milliseconds together. A message re-reads what was said alone
+(`only=talk`, {talk.cpu_ms:.0f} ms of CPU against {parts.cpu_ms:.0f} for every part); a notice, which may move the
+board, re-reads every part. On a loaded machine the times follow the load; the CPU per load is the
+steadier measure.""")
 
 
 if __name__ == "__main__":

@@ -294,3 +294,26 @@ async def test_a_page_that_lost_its_stream_catches_up_without_a_reload(browser, 
         await context.close()
     finally:
         await relay.stop()
+
+
+async def test_a_message_re_reads_what_was_said_and_a_notice_the_whole_room(browser, hub_url):
+    httpx.post(f"{hub_url}/api/rooms", json={"name": "atlas"}).raise_for_status()
+    row = httpx.post(f"{hub_url}/api/rooms/atlas/tasks", json={"title": "Ship it", "handle": "ana"}).json()
+    httpx.post(f"{hub_url}/api/rooms/atlas/messages", json={"sender_handle": "nova", "content": "first"})
+    context, page, foreign, dialogs, errors = await open_page(browser, hub_url)
+    reads: list[str] = []
+    page.on("request", lambda r: reads.append(r.url.split("/parts", 1)[1]) if "/parts" in r.url else None)
+    await page.goto(f"{hub_url}/room/atlas")
+    await expect(page.locator("[data-live-state]")).to_have_text("live")
+    httpx.post(f"{hub_url}/api/rooms/atlas/messages", json={"sender_handle": "nova", "content": "said again"})
+    await expect(page.locator(".line.msg", has_text="said again")).to_be_visible(timeout=LIVE)
+    assert reads == ["?rows=50&only=talk"]
+    # a claim is a notice: the board is read again with it
+    httpx.post(f"{hub_url}/api/rooms/atlas/assignments/claim", json={"key": row["key"], "handle": "nova"})
+    await expect(page.locator(".col-in_flight .card", has_text="Ship it")).to_be_visible(timeout=LIVE)
+    assert reads[-1] == "?rows=50"
+    # someone the members rail does not know yet: the rail is read again too
+    httpx.post(f"{hub_url}/api/rooms/atlas/messages", json={"sender_handle": "zed", "content": "hello, I am new"})
+    await expect(page.locator("[data-part=members] [data-handle=zed]")).to_be_visible(timeout=LIVE)
+    assert foreign == [] and dialogs == [] and errors == []
+    await context.close()

@@ -300,3 +300,25 @@ async def test_a_form_only_sends_the_browser_back_to_a_page_of_this_hub(client, 
     r = await client.post("/room/atlas/messages", data={"handle": "ana", "content": "hi", "back": back},
                           follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/room/atlas"
+
+
+async def test_the_talk_parts_are_what_was_said_read_without_the_board(client):
+    key = await room_with_work(client)
+    row = (await client.get(f"/api/rooms/atlas/tasks/{key}")).json()
+    await client.post("/api/rooms/atlas/messages", json={"sender_handle": "nova", "content": "in the thread",
+                                                         "episode": row["episode"]})
+    talk = (await client.get("/room/atlas/parts?only=talk")).text
+    assert 'data-part="timeline"' in talk and 'data-part="board"' not in talk and 'data-part="members"' not in talk
+    # the thread's folded line still names its row, read without the board
+    assert f'href="/room/atlas/task/{key}">Ship passkey login</a>' in talk and "in the thread" in talk
+    full = (await client.get("/room/atlas/parts")).text
+    assert all(f'data-part="{p}"' in full for p in ("board", "timeline", "members"))
+    timeline = re.compile(r'<ol class="timeline".*?</ol>', re.S)
+    assert timeline.search(talk).group(0) == timeline.search(full).group(0)  # the same timeline either way
+    thread = (await client.get(f"/room/atlas/task-parts/{key}?only=talk")).text
+    assert 'data-part="thread"' in thread and 'data-part="flow"' in thread and 'data-part="row"' not in thread
+    assert "in the thread" in thread and row["short_id"] in thread
+    assert 'data-part="row"' in (await client.get(f"/room/atlas/task-parts/{key}")).text
+    bad = await client.get("/room/atlas/parts?only=board")
+    assert bad.status_code == 422 and "text/html" in bad.headers["content-type"] and "only" in bad.text
+    assert (await client.get("/room/atlas/task-parts/work/nope?only=talk")).status_code == 404

@@ -2,8 +2,8 @@
 and sent through the verb gateway, so the floor, the roster and every other rule refuse here exactly
 as over the API. A write that lands redirects back (303); a refusal is a page with its message.
 
-The author is the handle the form declares (there is no login yet), remembered in a cookie so the
-next form is filled in.
+On an open hub the author is the handle the form declares, remembered in a cookie so the next form
+is filled in; on a gated hub it is the signed-in principal (the forms have no handle field there).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from litestar.response import Redirect, Template
 from pydantic import BaseModel, ValidationError
 
 from mycelium.api.deps import HubDep, VerbsDep
+from mycelium.auth.middleware import principal_in
 from mycelium.errors import Refusal
 from mycelium.verbs import NOBODY, Actor, Verbs
 from mycelium.verbs.board import ClaimBody, ReleaseBody, ResolveBody, TaskCreate
@@ -34,12 +35,16 @@ LOCAL_PATH = re.compile(r"^/(?![/\\])[^\s]*$")
 
 
 async def form_of(request: Request[Any, Any, Any]) -> dict[str, str]:
-    """The submitted fields, trimmed; a blank field is absent."""
+    """The submitted fields, trimmed; a blank field is absent. On a gated hub the author
+    (``handle``) is the signed-in principal, whatever the form says (its pages send none)."""
     form = await request.form()
     out: dict[str, str] = {}
     for name, value in form.items():
         if isinstance(value, str) and value.strip():
             out[name] = value.strip() if name not in ("content", "text") else value
+    principal = principal_in(request.scope)
+    if principal is not None:
+        out["handle"] = principal.handle
     return out
 
 

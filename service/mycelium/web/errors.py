@@ -11,14 +11,14 @@ from litestar.exceptions import HTTPException, NotFoundException, ValidationExce
 from litestar.response import Template
 
 from mycelium.errors import Refusal, is_storage_unavailable, refusal_from_db
-from mycelium.web.pages import handle_of
+from mycelium.web.pages import identity
 
 log = logging.getLogger("mycelium.web")
 
 
 def _page(request: Request[Any, Any, Any], status: int, error: str, message: str) -> Template:
     return Template(template_name="error.html", status_code=status,
-                    context={"me": handle_of(request), "status": status, "code": error, "message": message})
+                    context={**identity(request), "status": status, "code": error, "message": message})
 
 
 def on_refusal(request: Request[Any, Any, Any], exc: Refusal) -> Template:

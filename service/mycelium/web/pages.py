@@ -5,7 +5,7 @@ page's script to refresh them when the stream says the room moved."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from litestar import Request, get
 from litestar.params import FromPath, FromQuery
@@ -33,9 +33,14 @@ def handle_of(request: Request[Any, Any, Any]) -> str:
     return request.cookies.get(HANDLE_COOKIE, "")[:200]
 
 
+def identity(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    """Who the page's forms write as (``me``), and whether that is the signed-in principal of a
+    gated hub (``gated``: the forms then have no handle field, and the writes are the principal's)."""
+    return {"me": handle_of(request), "gated": principal_in(request.scope) is not None}
+
+
 def page(name: str, request: Request[Any, Any, Any], status: int = 200, **context: Any) -> Template:
-    return Template(template_name=name, status_code=status,
-                    context={"me": handle_of(request), **context})
+    return Template(template_name=name, status_code=status, context={**identity(request), **context})
 
 
 @get("/")
@@ -56,11 +61,19 @@ async def room(request: Request[Any, Any, Any], verbs: VerbsDep, name: FromPath[
     return page("room.html", request, **await reads.room_page(verbs, name, rows))
 
 
+#: ``only=talk``: the parts what was said changes (the room's timeline; a task's thread and flow
+#: panel), read without the board, for the script's refresh after a message that is not a notice.
+OnlyQuery = Annotated[Literal["talk"] | None, Query()]
+
+
 @get("/room/{name:str}/parts")
 async def room_parts(request: Request[Any, Any, Any], verbs: VerbsDep, name: FromPath[str],
-                     rows: RowsQuery = reads.COLUMN_ROWS) -> Template:
+                     rows: RowsQuery = reads.COLUMN_ROWS, only: OnlyQuery = None) -> Template:
     """The room page's live parts (board, timeline, members) alone, for its script to swap in."""
-    return page("_room_parts.html", request, **await reads.room_page(verbs, name, rows))
+    if only == "talk":
+        return page("_room_parts.html", request, parts={"timeline"}, **await reads.room_talk(verbs, name))
+    return page("_room_parts.html", request, parts={"board", "timeline", "members"},
+                **await reads.room_page(verbs, name, rows))
 
 
 @get("/room/{name:str}/task/{key:path}")
@@ -71,9 +84,13 @@ async def task(request: Request[Any, Any, Any], verbs: VerbsDep, name: FromPath[
 
 @get("/room/{name:str}/task-parts/{key:path}")
 async def task_part(request: Request[Any, Any, Any], verbs: VerbsDep, name: FromPath[str],
-                    key: FromPath[str]) -> Template:
-    """The task page's row and thread alone, for the script to refresh."""
-    return page("_task_parts.html", request, **await reads.task_page(verbs, name, key.lstrip("/")))
+                    key: FromPath[str], only: OnlyQuery = None) -> Template:
+    """The task page's row, thread and flow panel alone, for the script to refresh."""
+    if only == "talk":
+        return page("_task_parts.html", request, parts={"thread", "flow"},
+                    **await reads.task_talk(verbs, name, key.lstrip("/")))
+    return page("_task_parts.html", request, parts={"row", "thread", "flow"},
+                **await reads.task_page(verbs, name, key.lstrip("/")))
 
 
 @get("/room/{name:str}/memories")

@@ -9,18 +9,39 @@
   const liveState = document.querySelector("[data-live-state]");
 
   // -- live parts -------------------------------------------------------------------------------
-  let refreshing = false, again = false, timer = null;
-  function schedule() { clearTimeout(timer); timer = setTimeout(refresh, 5); }
+  // What an event may have changed: a notice (a filing, a claim, a settlement) or a presence may
+  // move the board, the row and the members, and so may a member the rail does not know yet; any
+  // other message only changes what is said (the timeline, a thread and its flow), re-read alone.
+  // (A floor that moved shows in a thread and its flow panel, and on a room's board and rail: on a
+  // page with neither, it is what was said.)
+  let refreshing = false, again = false, timer = null, wanted = null;
+  function schedule(what) {
+    wanted = wanted === "all" || what === "all" ? "all" : "talk";
+    if (!refreshing) { clearTimeout(timer); timer = setTimeout(refresh, 0); }
+    else again = true;
+  }
+  function changed(m) {
+    if (!m || m.payload_type === "presence") return "all";
+    if (m.payload_type === "notice") {
+      const floor = m.payload && m.payload.subkind === "floor";
+      return floor && !document.querySelector('[data-part="board"], [data-part="members"]') ? "talk" : "all";
+    }
+    const rail = document.querySelectorAll("[data-handle]");
+    if (rail.length && m.sender_role !== "coordinator"
+        && !Array.from(rail).some((el) => el.dataset.handle === m.sender_handle)) return "all";
+    return "talk";
+  }
   async function refresh() {
-    if (!partsUrl) return;
-    if (refreshing) { again = true; return; }
+    if (!partsUrl || !wanted) return;
     refreshing = true;
+    const what = wanted; wanted = null;
+    const url = what === "all" ? partsUrl : partsUrl + (partsUrl.includes("?") ? "&" : "?") + "only=talk";
     try {
-      const res = await fetch(partsUrl, { headers: { Accept: "text/html" } });
+      const res = await fetch(url, { headers: { Accept: "text/html" } });
       if (res.ok) swap(new DOMParser().parseFromString(await res.text(), "text/html"));
     } catch (e) { /* the stream's reconnect brings the next refresh */ }
     refreshing = false;
-    if (again) { again = false; schedule(); }
+    if (again) { again = false; refresh(); }
   }
   function swap(doc) {
     doc.querySelectorAll("[data-part]").forEach((fresh) => {
@@ -28,7 +49,7 @@
       if (!here) return;
       const list = here.querySelector(".timeline");
       const atEnd = !list || list.scrollTop + list.clientHeight >= list.scrollHeight - 8;
-      here.innerHTML = fresh.innerHTML;
+      here.replaceChildren(...fresh.childNodes);  // (moved from the parsed document: not parsed twice)
       const newList = here.querySelector(".timeline");
       if (newList && atEnd) newList.scrollTop = newList.scrollHeight;
     });
@@ -41,9 +62,13 @@
     let lost = false;
     source.addEventListener("open", () => {
       state("live");
-      if (lost) { lost = false; schedule(); }  // caught up from the last event: re-read the parts
+      if (lost) { lost = false; schedule("all"); }  // caught up from the last event: re-read the parts
     });
-    source.addEventListener("message", () => schedule());
+    source.addEventListener("message", (e) => {
+      let m = null;
+      try { m = JSON.parse(e.data); } catch (err) { /* refresh everything then */ }
+      if (!m || m.payload_type !== "keepalive") schedule(changed(m));
+    });
     source.addEventListener("error", () => { lost = true; state("reconnecting…"); });
   }
   function state(text) { if (liveState) liveState.textContent = text; }
@@ -90,7 +115,7 @@
           if (area.value.startsWith(sent)) area.value = area.value.slice(sent.length).trimStart();
           error.hidden = true;
           rememberHandle(form);
-          schedule();
+          schedule("all");
         } else {
           const doc = new DOMParser().parseFromString(await res.text(), "text/html");
           const said = doc.querySelector(".refusal-message");
