@@ -180,7 +180,7 @@ BEGIN
     NULL;  -- the thread's floor or roster admits nobody else now: the record and the notices still say it
   END;
   written := mycelium.write_memory(p_room, 'log/episodes/' || r.short_id,
-    jsonb_build_object('text', mycelium.episode_record(p_room, r.id)), r.engine, NULL,
+    jsonb_build_object('text', mycelium.run_record(p_room, r.id)), r.engine, NULL,
     jsonb_build_object('outcome', r.state, 'within', r.episode, 'work', to_jsonb(keys),
                        'compiled', p_source));
   RETURN j;

@@ -599,8 +599,7 @@ BEGIN
   RETURNING * INTO r;
   IF p_close IS NOT NULL THEN
     written := mycelium.write_memory(p_room, 'log/episodes/' || r.short_id,
-      jsonb_build_object('text', CASE WHEN r.kind = 'aligner' THEN mycelium.negotiation_record(p_room, r.id)
-                                      ELSE mycelium.episode_record(p_room, r.id) END), r.engine, NULL,
+      jsonb_build_object('text', mycelium.run_record(p_room, r.id)), r.engine, NULL,
       jsonb_build_object('outcome', r.state, 'within', r.episode, 'flow', r.protocol));
   END IF;
   RETURN r;

@@ -69,7 +69,9 @@ LANGUAGE sql STABLE AS $$
                             (SELECT count(*) FROM jsonb_object_keys(r.metrics -> 'satisfaction')))
                 ELSE '' END,
            coalesce((SELECT format(E'- assignments: %s\n', string_agg(format('`%s=%s`', k, v), ', '))
-                     FROM jsonb_each_text(r.assignments) AS a (k, v)), ''),
+                     FROM jsonb_each_text(r.assignments) AS a (k, v)), '')
+             || coalesce((SELECT format(E'- work: %s\n', string_agg(format('`%s`', k), ', '))
+                          FROM unnest(mycelium.compiled_work(r.room, r.id)) AS w (k) HAVING count(*) > 0), ''),
            r.episode,
            CASE WHEN r.state = 'converged' AND r.pending ? 'topic'
                 THEN format(E'- memory: `l9/rule_update/%s`\n', r.pending ->> 'topic') ELSE '' END,
@@ -89,5 +91,13 @@ LANGUAGE sql STABLE AS $$
              ELSE '' END,
            coalesce((SELECT string_agg(t.entry::text, E'\n' ORDER BY t.turn) FROM mycelium.engine_trace t
                      WHERE t.room = r.room AND t.run_id = r.id), ''))
+  FROM mycelium.engine_runs r WHERE r.room = p_room AND r.id = p_run
+$$;
+
+-- The record of any run, as log/episodes/<short_id> holds it: a negotiation's, or a flow's.
+CREATE OR REPLACE FUNCTION mycelium.run_record(p_room text, p_run bigint) RETURNS text
+LANGUAGE sql STABLE AS $$
+  SELECT CASE WHEN r.kind = 'aligner' THEN mycelium.negotiation_record(p_room, p_run)
+              ELSE mycelium.episode_record(p_room, p_run) END
   FROM mycelium.engine_runs r WHERE r.room = p_room AND r.id = p_run
 $$;
