@@ -12,8 +12,8 @@ Every process may run it; the database shares the work out. Each pass:
    transaction, compared and swapped on the run's seq and lease, so a move is made once.
 
 It then waits for a hint (a summon, a message) or ``POLL_SECONDS``. ``MYCELIUM_ENGINE_KINDS``
-(``conductor,persona,aligner,synthesizer``) narrows the kinds this process plays; ``MYCELIUM_ENGINE_LEASE_SECONDS`` is
-how long a run stays with a worker that stopped renewing it.
+(``conductor,persona,aligner,synthesizer``) narrows the kinds this process plays;
+``MYCELIUM_ENGINE_LEASE_SECONDS`` is how long a run stays with a worker that stopped renewing it.
 """
 
 from __future__ import annotations
