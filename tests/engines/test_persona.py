@@ -178,3 +178,28 @@ async def test_a_persona_never_writes_where_the_floor_does_not_admit_it(admin_co
 async def answered_summons(conn: asyncpg.Connection) -> list[asyncpg.Record] | None:
     rows = await summons(conn)
     return rows if rows and all(r["state"] == "done" for r in rows) else None
+
+
+async def test_behind_the_token_gate_a_persona_answers_in_a_private_room(admin_conn, engine_workers, tmp_path: Path):
+    """The engines loop acts as the hub itself: with the gate closed, a private room's summons,
+    notes and turns are as visible to it as a public room's (a session that declares no principal
+    would see none of them)."""
+    await admin_conn.execute("SELECT mycelium.create_room('vault', NULL, NULL, false, 'julia', '{nova}', 'julia')")
+    await admin_conn.execute(
+        "SELECT * FROM mycelium.create_engine('vault', 'sage', 'persona', 'a careful reviewer', 'julia')")
+    await admin_conn.execute(
+        "SELECT * FROM mycelium.write_memory('vault', 'agents/sage/notes', '\"You are Sage.\"', 'julia')")
+    await admin_conn.execute("SELECT * FROM mycelium.write_setting('auth.gate', 'true', '', 'ops')")
+    script = tmp_path / "script.yaml"
+    script.write_text(SCRIPT)
+    engine_workers(MYCELIUM_MODEL_SCRIPT=str(script)).wait_ready()
+    await admin_conn.execute("SELECT * FROM mycelium.post_message('vault', 'julia', '@sage hello there')")
+
+    async def answered():
+        row = await admin_conn.fetchrow(
+            "SELECT s.state, s.outcome, m.content FROM mycelium.engine_summons s "
+            "LEFT JOIN mycelium.messages m ON m.id = s.answer_id WHERE s.room = 'vault'")
+        return row if row and row["state"] == "done" else None
+
+    done = await eventually(answered)
+    assert done["outcome"] == "answered" and done["content"].startswith("Hello"), dict(done)

@@ -33,7 +33,7 @@ from mycelium.engines.aligner import worker as aligner
 from mycelium.engines.flows import BUILT_IN, FlowError, Protocol, catalogue, parse_protocol
 from mycelium.engines.models import model_from_env
 from mycelium.errors import Refusal
-from mycelium.verbs import NOBODY, Actor, Verbs, verbs_of
+from mycelium.verbs import HUB_PRINCIPAL, NOBODY, Actor, Verbs, verbs_of
 from mycelium.workers import synthesis
 from mycelium.workers.loop import Loop, LoopContext
 
@@ -264,7 +264,7 @@ class EngineWorker:
 async def run_engines(ctx: LoopContext) -> None:
     hub = ctx.hub
     worker = EngineWorker(
-        verbs_of(hub),
+        verbs_of(hub, HUB_PRINCIPAL),  # the hub itself: behind the gate it sees private rooms too
         kinds_from_env(),
         _float_env("MYCELIUM_ENGINE_LEASE_SECONDS", 15.0),
         _float_env("MYCELIUM_CONDUCTOR_STEP_TIMEOUT_S", conductor.STEP_TIMEOUT_SECONDS),
