@@ -2,7 +2,10 @@
 
 The hub calls the same SQL verbs, so decisions and refusals are identical to the direct store's. A
 result travels as its JSON text (``result_text``) and comes back as the hub kept it, so a redispatch
-returns it exactly as the first caller had it.
+returns it exactly as the first caller had it. A hub of a release before ``result_text`` refuses the
+field (422, naming it, nothing written): the store then completes with the result as a value, as that
+hub expects, and keeps doing so for that hub (its row keeps the result as jsonb, so a redispatch gets
+the same value, an object's keys in jsonb's order).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class HubLedgerStorage:
         self.url = url.rstrip("/")
         self._timeout = timeout
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._result_text = True  # False once the hub refused result_text (a release before it)
         self._bridge = LoopThread("mycelium-ledger-http")
 
     def _client(self) -> httpx.AsyncClient:
@@ -82,7 +86,16 @@ class HubLedgerStorage:
         return await self._fenced("/external-operation", request_id, owner, fence, ref=ref)
 
     async def complete(self, request_id: str, owner: str, fence: int, result: Any) -> None:
-        await self._fenced("/complete", request_id, owner, fence, result_text=_encode(result).decode())
+        if self._result_text:
+            text = _encode(result).decode()
+            try:
+                await self._fenced("/complete", request_id, owner, fence, result_text=text)
+                return
+            except LedgerError as exc:
+                if not refuses_field(exc, "result_text"):
+                    raise
+            self._result_text = False  # refused before anything was written: the older hub's way
+        await self._fenced("/complete", request_id, owner, fence, result=jsonable(result))
 
     async def fail(
         self, request_id: str, owner: str, fence: int, error: str | None, after_effect: bool | None = None
@@ -155,6 +168,19 @@ class HubLedgerStorage:
 
 
 _encode = msgspec.json.Encoder(enc_hook=str).encode
+
+
+def refuses_field(exc: LedgerError, name: str) -> bool:
+    """Whether a refusal is the request validation of a hub that does not know field ``name``: its
+    body models forbid unknown fields (422 invalid_request, a problem keyed by the field saying extra
+    inputs are not permitted), not a hub that knows the field and refuses its value (say, too long)."""
+    if exc.details.get("error") != "invalid_request":
+        return False
+    problems = exc.details.get("problems")
+    return isinstance(problems, list) and any(
+        isinstance(p, dict) and p.get("key") == name and "extra" in str(p.get("message", "")).lower()
+        for p in problems
+    )
 
 
 def jsonable(value: Any) -> Any:
