@@ -671,12 +671,32 @@ $$;
 -- its JSON text (which YAML reads as it is) or as its structured value. One that does not validate
 -- is refused at write time (422 invalid_flow, listing every problem), whoever writes it.
 
+-- The step vocabulary (mycelium.engines.flows.VOCABULARY says the same; a test holds them equal):
+-- the groups a step may address, the ends, the step kinds and the edges each kind branches on, what
+-- a step may collect and require.
+CREATE OR REPLACE FUNCTION mycelium.flow_vocabulary() RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+  SELECT '{"groups": ["each", "all", "workers", "bottleneck", "contested"],
+           "ends": ["resolved", "rejected", "converged"],
+           "kinds": ["ask", "select", "tally", "lock"],
+           "collect": ["options", "scores", "pieces", "tasks"],
+           "require": ["stance", "scores", "pieces", "tasks"],
+           "edges": {"ask": ["accept", "reject", "silent", "default"],
+                     "select": ["feasible", "infeasible", "stuck"],
+                     "tally:points": ["grew", "settled", "empty", "default"],
+                     "tally:terms": ["contested", "clear", "default"],
+                     "lock": ["locked", "empty", "default"]}}'::jsonb
+$$;
+
 CREATE OR REPLACE FUNCTION mycelium.flow_problems(p_spec jsonb, p_name text) RETURNS text[]
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
   problems text[] := '{}';
   roles text[] := '{}';
-  groups text[] := ARRAY['each', 'all', 'workers', 'bottleneck'];
+  vocab jsonb := mycelium.flow_vocabulary();
+  groups text[] := ARRAY(SELECT jsonb_array_elements_text(vocab -> 'groups'));
+  kinds text[] := ARRAY(SELECT jsonb_array_elements_text(vocab -> 'kinds'));
+  collects text[] := ARRAY(SELECT jsonb_array_elements_text(vocab -> 'collect'));
+  requires text[] := ARRAY(SELECT jsonb_array_elements_text(vocab -> 'require'));
   word text := '^[a-z][a-z0-9_-]{0,31}$';
   st jsonb;
   nxt jsonb;
@@ -730,7 +750,8 @@ BEGIN
     END IF;
     place := format('step %s (%s)', i, coalesce(st ->> 'id', '?'));
     FOR k IN SELECT jsonb_object_keys(st) LOOP
-      IF k NOT IN ('id', 'to', 'prompt', 'wait', 'rounds', 'next', 'end', 'kind', 'collect', 'require', 'max_repairs') THEN
+      IF k NOT IN ('id', 'to', 'prompt', 'wait', 'rounds', 'next', 'end', 'kind', 'collect', 'require', 'max_repairs',
+                   'of', 'max_rounds') THEN
         problems := problems || format('%s: unknown field %L', place, k);
       END IF;
     END LOOP;
@@ -742,7 +763,7 @@ BEGIN
     IF nullif(st -> 'end', 'null') IS NOT NULL THEN
       ends := ends + 1;
       first_end := coalesce(first_end, i = 1);
-      IF (st ->> 'end') NOT IN ('resolved', 'rejected', 'converged') THEN
+      IF NOT ((st ->> 'end') = ANY (ARRAY(SELECT jsonb_array_elements_text(vocab -> 'ends')))) THEN
         problems := problems || format('%s: end is one of resolved, rejected, converged, not %L', place, st ->> 'end');
       END IF;
       IF nullif(st -> 'to', 'null') IS NOT NULL OR nullif(st -> 'next', 'null') IS NOT NULL THEN
@@ -751,17 +772,35 @@ BEGIN
       CONTINUE;
     END IF;
     step_kind := coalesce(st ->> 'kind', 'ask');
-    IF step_kind NOT IN ('ask', 'select') THEN
-      problems := problems || format('%s: kind is ask or select, not %L', place, step_kind);
+    IF NOT (step_kind = ANY (kinds)) THEN
+      problems := problems || format('%s: kind is one of %s, not %L', place, array_to_string(kinds, ', '), step_kind);
     END IF;
     IF step_kind = 'ask' AND NOT (jsonb_typeof(st -> 'to') = 'string'
                                   AND ((st ->> 'to') = ANY (roles) OR (st ->> 'to') = ANY (groups))) THEN
-      problems := problems || format('%s: to is a role (%s) or one of each, all, workers, bottleneck, not %L', place,
-                                     coalesce(nullif(array_to_string(roles, ', '), ''), 'none declared'), st ->> 'to');
+      problems := problems || format('%s: to is a role (%s) or one of %s, not %L', place,
+                                     coalesce(nullif(array_to_string(roles, ', '), ''), 'none declared'),
+                                     array_to_string(groups, ', '), st ->> 'to');
+    END IF;
+    IF step_kind <> 'ask' AND step_kind = ANY (kinds)
+       AND (nullif(st -> 'to', 'null') IS NOT NULL OR nullif(st -> 'prompt', 'null') IS NOT NULL
+            OR nullif(st -> 'collect', 'null') IS NOT NULL OR nullif(st -> 'require', 'null') IS NOT NULL) THEN
+      problems := problems || format('%s: a %s step asks nobody: it takes no to, prompt, collect or require',
+                                     place, step_kind);
+    END IF;
+    IF step_kind = 'tally' AND coalesce(st ->> 'of', '') NOT IN ('points', 'terms') THEN
+      problems := problems || format('%s: a tally step reads of: points or of: terms', place);
+    END IF;
+    IF step_kind <> 'tally' AND (nullif(st -> 'of', 'null') IS NOT NULL OR nullif(st -> 'max_rounds', 'null') IS NOT NULL) THEN
+      problems := problems || format('%s: of and max_rounds belong to a tally step', place);
+    END IF;
+    IF nullif(st -> 'max_rounds', 'null') IS NOT NULL AND NOT (jsonb_typeof(st -> 'max_rounds') = 'number'
+         AND (st ->> 'max_rounds') ~ '^\d+$' AND (st ->> 'max_rounds')::numeric >= 1) THEN
+      problems := problems || format('%s: max_rounds is a whole number, 1 or more', place);
     END IF;
     nxt := nullif(st -> 'next', 'null');
-    allowed := CASE WHEN step_kind = 'select' THEN ARRAY['feasible', 'infeasible', 'stuck']
-                    ELSE ARRAY['accept', 'reject', 'silent', 'default'] END;
+    allowed := ARRAY(SELECT jsonb_array_elements_text(vocab #> ARRAY['edges', CASE step_kind
+                     WHEN 'tally' THEN 'tally:' || coalesce(st ->> 'of', '') WHEN 'ask' THEN 'ask'
+                     ELSE step_kind END]));
     IF nxt IS NULL THEN
       problems := problems || format('%s: a step that does not end needs next', place);
     ELSIF jsonb_typeof(nxt) = 'object' THEN
@@ -769,8 +808,9 @@ BEGIN
         problems := problems || format('%s: next branches on %s only', place, array_to_string(allowed, ', '));
       END IF;
       targets := targets || ARRAY(SELECT v FROM jsonb_each_text(nxt) AS e (b, v));
-    ELSIF step_kind = 'select' THEN
-      problems := problems || format('%s: a select step branches on feasible, infeasible, stuck', place);
+    ELSIF step_kind <> 'ask' AND step_kind = ANY (kinds) THEN
+      problems := problems || format('%s: a %s step branches on %s', place, step_kind,
+                                     coalesce(nullif(array_to_string(allowed, ', '), ''), 'its edges'));
     ELSIF jsonb_typeof(nxt) = 'string' THEN
       targets := targets || (nxt #>> '{}');
     ELSE
@@ -783,11 +823,13 @@ BEGIN
          AND (st ->> 'rounds') ~ '^\d+$' AND (st ->> 'rounds')::numeric >= 1) THEN
       problems := problems || format('%s: rounds is a whole number, 1 or more', place);
     END IF;
-    IF coalesce(st ->> 'collect', 'options') NOT IN ('options', 'scores') THEN
-      problems := problems || format('%s: collect is options or scores', place);
+    IF nullif(st -> 'collect', 'null') IS NOT NULL AND NOT (coalesce(st ->> 'collect', '') = ANY (collects)) THEN
+      problems := problems || format('%s: collect is one of %s', place, array_to_string(collects, ', '));
     END IF;
-    IF coalesce(st ->> 'require', 'stance') NOT IN ('stance', 'scores') THEN
-      problems := problems || format('%s: require is stance or scores', place);
+    IF nullif(st -> 'require', 'null') IS NOT NULL AND NOT (coalesce(st ->> 'require', '') = ANY (requires)) THEN
+      problems := problems || format('%s: require is one of %s', place, array_to_string(requires, ', '));
+    ELSIF (st ->> 'require') IN ('pieces', 'tasks') AND (st ->> 'require') IS DISTINCT FROM (st ->> 'collect') THEN
+      problems := problems || format('%s: a step that requires %s collects them', place, st ->> 'require');
     END IF;
     IF nullif(st -> 'prompt', 'null') IS NOT NULL AND jsonb_typeof(st -> 'prompt') <> 'string' THEN
       problems := problems || format('%s: prompt is text', place);
