@@ -490,7 +490,8 @@ $$;
 --                how long (the deadline, on the database clock), p_pending the conductor's state;
 --   p_speakers   the floor: held by the engine for exactly these members (NULL: left as it is);
 --   p_close      resolved, rejected, converged or failed to close the run (floor released);
---   p_memory     memories to write as the engine ([{key, text, meta}]): the saved decision, the record.
+--   p_memory     memories to write as the engine ([{key, text, meta}]): the saved decision, the summary;
+--                or child tasks to file ([{task: {title, assignee, parent}}], through create_task).
 CREATE OR REPLACE FUNCTION mycelium.engine_step(
   p_room text, p_run bigint, p_worker text, p_seq integer, p_trace jsonb, p_posts jsonb,
   p_step text, p_waiting text[], p_wait_seconds double precision, p_pending jsonb,
@@ -557,8 +558,13 @@ BEGIN
   END LOOP;
   FOR p IN SELECT * FROM jsonb_array_elements(CASE jsonb_typeof(p_memory) WHEN 'array' THEN p_memory
                                                   WHEN 'object' THEN jsonb_build_array(p_memory) ELSE '[]' END) LOOP
-    written := mycelium.write_memory(p_room, p ->> 'key', jsonb_build_object('text', p ->> 'text'),
-                                     r.engine, NULL, p -> 'meta');
+    IF p ? 'task' THEN  -- a child task, filed through the board's verb, part of the run's row
+      written := mycelium.create_task(p_room, p #>> '{task,title}', r.engine, NULL, p #>> '{task,assignee}',
+                                      coalesce(p #>> '{task,parent}', r.task_key));
+    ELSE
+      written := mycelium.write_memory(p_room, p ->> 'key', jsonb_build_object('text', p ->> 'text'),
+                                       r.engine, NULL, p -> 'meta');
+    END IF;
   END LOOP;
   UPDATE mycelium.engine_runs SET
     seq = r.seq + 1, turn = r.turn, step = p_step,

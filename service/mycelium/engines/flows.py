@@ -440,9 +440,9 @@ _BUILT_IN: dict[str, dict[str, Any]] = {
             {
                 "id": "check-in",
                 "to": "each",
-                "prompt": "The team ({cast}) takes on {task} ({title}): {ask}\n\nCheck in on {task} in two or "
-                "three sentences: the part you would take and what you need from someone else. Do not start "
-                "the work yet.\n\nSaid so far:\n{replies}",
+                "prompt": "The team ({cast}) takes on {task} ({title}): {ask}\n\nCheck in on {task} in "
+                "two or three sentences: the part you would take and what you need from someone else. "
+                "Do not start the work yet.\n\nSaid so far:\n{replies}",
                 "next": "split",
             },
             {
@@ -450,8 +450,9 @@ _BUILT_IN: dict[str, dict[str, Any]] = {
                 "to": "lead",
                 "collect": "tasks",
                 "require": "tasks",
-                "prompt": "Everyone has checked in on {task}: {ask}\n\n{replies}\n\nYou lead. Split {task} into "
-                "child tasks that can be worked at the same time, one line each, naming who takes it:\n\n"
+                "prompt": "Everyone has checked in on {task}: {ask}\n\n{replies}\n\nYou lead. Split {task} "
+                "into child tasks that can be worked at the same time, one line each, naming who takes "
+                "it:\n\n"
                 "[[new: <title> -> @<member>]]\n\nThe conductor files them on the board as part of {task}.",
                 "next": "done",
             },
@@ -492,8 +493,9 @@ _BUILT_IN: dict[str, dict[str, Any]] = {
                 "id": "more",
                 "to": "all",
                 "collect": "pieces",
-                "prompt": "The points on {title} so far:\n\n{frame}\n\nIs something important missing? Add it "
-                "on its own labelled line, two at most; otherwise say so in a few words, with no label.",
+                "prompt": "The points on {title} so far:\n\n{frame}\n\nIs something important missing? "
+                "Add it on its own labelled line, two at most; otherwise say so in a few words, "
+                "with no label.",
                 "next": "added",
             },
             {
@@ -529,7 +531,9 @@ _BUILT_IN: dict[str, dict[str, Any]] = {
     },
 }
 
-BUILT_IN: dict[str, Protocol] = {name: parse_protocol(spec, name) for name, spec in _BUILT_IN.items()}
+#: the built-ins in the order they are listed (upstream's)
+BUILT_IN_ORDER = ("gated", "review", "fan-out", "round-robin", "swarm", "concord", "accord")
+BUILT_IN: dict[str, Protocol] = {name: parse_protocol(_BUILT_IN[name], name) for name in BUILT_IN_ORDER}
 
 
 def catalogue(room_flows: Mapping[str, Protocol]) -> dict[str, Protocol]:

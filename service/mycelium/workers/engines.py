@@ -28,7 +28,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from mycelium.engines import conductor, persona
+from mycelium.embed import Embedder
+from mycelium.engines import accord, conductor, persona
 from mycelium.engines.flows import BUILT_IN, FlowError, Protocol, catalogue, parse_protocol
 from mycelium.engines.models import model_from_env
 from mycelium.errors import Refusal
@@ -63,8 +64,16 @@ def engine(handle: str) -> Actor:
 class EngineWorker:
     """The state of one process's engines loop: who it is and the verbs it calls."""
 
-    def __init__(self, verbs: Verbs, kinds: list[str], lease_seconds: float, step_timeout: float) -> None:
+    def __init__(
+        self,
+        verbs: Verbs,
+        kinds: list[str],
+        lease_seconds: float,
+        step_timeout: float,
+        embedder: Embedder | None = None,
+    ) -> None:
         self.verbs = verbs
+        self.embedder = embedder
         self.kinds = kinds
         self.lease = lease_seconds
         self.step_timeout = step_timeout
@@ -220,8 +229,9 @@ class EngineWorker:
             run["asked_position"] is not None,
             run["pending"] or {},
         )
+        vectors = await self.vectors(state.pending, replies)
         try:
-            move = conductor.advance(run["flow"], state, replies, run["expired"], run["short_id"])
+            move = conductor.advance(run["flow"], state, replies, run["expired"], run["short_id"], vectors)
         except Exception as exc:  # a flow the conductor cannot walk: the run fails, on the record
             log.exception("run %s cannot move", run["short_id"])
             move = conductor.failed(run["flow"], f"{type(exc).__name__}: {exc}")
@@ -249,6 +259,22 @@ class EngineWorker:
         )
         return True
 
+    async def vectors(
+        self, pending: Mapping[str, Any], replies: list[conductor.Reply]
+    ) -> dict[str, list[float]] | None:
+        """The embeddings a merge of labelled pieces may compare ({} when there is nothing to
+        compare, None when the hub has no model or it failed: then only equal text folds)."""
+        texts = accord.texts_for(pending, [(r.payload, r.text) for r in replies])
+        if not texts:
+            return {}
+        if self.embedder is None:
+            return None
+        try:
+            return dict(zip(texts, await self.embedder.aembed(texts), strict=True))
+        except Exception:
+            log.exception("the embedder failed; only equal text folds")
+            return None
+
     async def release(self) -> None:
         await self.verbs.call(NOBODY, "release_engine_runs", worker=self.id)
 
@@ -260,6 +286,7 @@ async def run_engines(ctx: LoopContext) -> None:
         kinds_from_env(),
         _float_env("MYCELIUM_ENGINE_LEASE_SECONDS", 15.0),
         _float_env("MYCELIUM_CONDUCTOR_STEP_TIMEOUT_S", conductor.STEP_TIMEOUT_SECONDS),
+        hub.embedder,
     )
     wakes = hub.wakes
     await wakes.listen("mycelium_messages")
