@@ -244,6 +244,8 @@ LANGUAGE sql IMMUTABLE AS $$
     ('release_engine_runs', 'write'), ('engine_step', 'write'), ('run_replies', 'read'),
     ('invoke_engine', 'write'), ('coordinate', 'write'), ('engine_kinds', 'read'), ('episode_record', 'read'),
     ('episode_quality', 'inlined'),
+    -- the wake digest beside an awaited message (sql/digest.sql)
+    ('wake_digest', 'read'),
     -- the schema's own description (sql/catalogue.sql, /health)
     ('schema_catalogue', 'read'), ('schema_fingerprint', 'read'),
     -- reads a caller names
