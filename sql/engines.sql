@@ -258,9 +258,16 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- Summons.
 
+-- How many times a summon is taken before it is given up: a summon that makes every attempt fail
+-- (its worker raised, or died with it) is closed as failed, with the error said in its thread.
+CREATE OR REPLACE FUNCTION mycelium.summon_attempts() RETURNS integer LANGUAGE sql IMMUTABLE AS $$
+  SELECT 5
+$$;
+
 -- Take up to p_limit pending summons of the given kinds (NULL: every kind) for p_worker, for
--- p_lease_seconds; a summon whose taker stopped (its lease ran out) is taken again, five times at
--- most (a summon that makes every worker fail stays pending, with its attempts, for a person to see).
+-- p_lease_seconds; a summon whose taker stopped (its lease ran out) is taken again. One taken as
+-- often as mycelium.summon_attempts() allows comes back marked outcome 'failed' (still pending): the
+-- worker closes it with summon_failed, which says so in the thread, instead of trying it again.
 CREATE OR REPLACE FUNCTION mycelium.claim_engine_summons(
   p_worker text, p_limit integer, p_lease_seconds double precision, p_kinds text[] DEFAULT NULL
 ) RETURNS SETOF mycelium.engine_summons LANGUAGE plpgsql AS $$
@@ -268,13 +275,49 @@ BEGIN
   RETURN QUERY
   UPDATE mycelium.engine_summons s
   SET taken_by = p_worker, taken_until = now() + make_interval(secs => p_lease_seconds),
-      attempts = s.attempts + 1
+      attempts = s.attempts + 1,
+      outcome = CASE WHEN s.attempts >= mycelium.summon_attempts() THEN 'failed' END
   FROM (SELECT x.room, x.id FROM mycelium.engine_summons x
         WHERE x.state = 'pending' AND (x.taken_until IS NULL OR x.taken_until < now())
-          AND (p_kinds IS NULL OR x.kind = ANY (p_kinds)) AND x.attempts < 5
+          AND (p_kinds IS NULL OR x.kind = ANY (p_kinds))
         ORDER BY x.id LIMIT p_limit FOR UPDATE SKIP LOCKED) pick
   WHERE s.room = pick.room AND s.id = pick.id
   RETURNING s.*;
+END
+$$;
+
+-- An attempt at a summon p_worker holds failed with p_error (NULL: the summon was found given up).
+-- While attempts are left, the summon goes back, taken again after a pause that doubles each time;
+-- after the last (or when the claim marked it given up) it is closed as failed and the engine says
+-- so in the thread (unless the floor does not admit it), with the error on the summon.
+CREATE OR REPLACE FUNCTION mycelium.summon_failed(p_room text, p_id bigint, p_worker text, p_error text)
+RETURNS mycelium.engine_summons LANGUAGE plpgsql AS $$
+DECLARE
+  s mycelium.engine_summons := mycelium.held_summon(p_room, p_id, p_worker);
+  posted mycelium.messages;
+  why text := coalesce(nullif(btrim(p_error), ''), s.error, 'its workers stopped while answering it');
+BEGIN
+  IF s.attempts < mycelium.summon_attempts() AND s.outcome IS NULL THEN
+    UPDATE mycelium.engine_summons
+    SET error = why, taken_until = now() + make_interval(secs => least(30, 0.1 * 2 ^ s.attempts))
+    WHERE room = p_room AND id = p_id
+    RETURNING * INTO s;
+    RETURN s;
+  END IF;
+  BEGIN
+    posted := mycelium.post_message(p_room, s.engine,
+      format('✗ %s could not answer this after %s attempt(s) (%s); the summon is closed as failed.',
+             s.engine, least(s.attempts, mycelium.summon_attempts()), left(why, 500)),
+      s.episode, '{}', 'exchange', NULL, 'reply', jsonb_build_object('action', 'reply', 'summon_failed', true),
+      ARRAY[s.message_id], 'agent');
+  EXCEPTION WHEN SQLSTATE 'MY409' OR SQLSTATE 'MY403' THEN
+    posted := NULL;
+  END;
+  UPDATE mycelium.engine_summons
+  SET state = 'done', outcome = 'failed', error = why, answer_id = posted.id, done_at = now(), taken_until = NULL
+  WHERE room = p_room AND id = p_id
+  RETURNING * INTO s;
+  RETURN s;
 END
 $$;
 

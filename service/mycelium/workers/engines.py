@@ -93,14 +93,30 @@ class EngineWorker:
         )
         for s in rows:
             try:
-                if s["kind"] == "conductor":
+                if s["outcome"] == "failed":  # the database gave it up: every attempt failed
+                    await self.summon_failed(s, None)
+                elif s["kind"] == "conductor":
                     await self.conduct(s)
                 else:
                     await self.play(s)
             except Refusal as r:
                 if r.error != "summon_not_held":
-                    raise
+                    await self.summon_failed(s, f"{r.error}: {r.message}")
+            except Exception as exc:  # one summon that breaks its answer never stalls the others
+                log.exception("summon %s in %s failed", s["id"], s["room"])
+                await self.summon_failed(s, f"{type(exc).__name__}: {exc}")
         return len(rows)
+
+    async def summon_failed(self, s: Mapping[str, Any], error: str | None) -> None:
+        """Record a failed attempt: the summon is tried again later, or, its attempts used up,
+        closed as failed with the error said in its thread (the database decides which)."""
+        try:
+            await self.verbs.call(
+                engine(s["engine"]), "summon_failed", room=s["room"], id=s["id"], worker=self.id, error=error
+            )
+        except Refusal as r:
+            if r.error != "summon_not_held":
+                raise
 
     async def answer(self, s: Mapping[str, Any], text: str, outcome: str = "answered", **extra: Any) -> None:
         await self.verbs.call(
