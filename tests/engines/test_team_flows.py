@@ -323,3 +323,70 @@ def test_points_still_arriving_when_the_rounds_run_out_are_flagged(cap):
         assert outcome == ("grew" if n + 1 < cap else "settled")
     summary = accord.lock(state, ["ann"], "T", "work/t")
     assert "frame_cap_reached" in [f["kind"] for f in summary["contract"]["flags"]]
+
+
+MEMBER = """\
+import json, os, pathlib, sys
+
+prompt, me = os.environ["MYCELIUM_PROMPT"], os.environ["MYCELIUM_HANDLE"]
+folder = pathlib.Path(sys.argv[1])
+with (folder / f"{me}.seen").open("a") as seen:
+    seen.write(json.dumps({"prompt": prompt, "digest": os.environ.get("MYCELIUM_DIGEST", "")}) + "\\n")
+for step, text in json.loads((folder / f"{me}.json").read_text()).items():
+    if f"· {step} ·" in prompt:
+        print(text)
+        break
+"""
+
+
+async def test_swarm_with_members_as_await_exec_processes_on_a_hub_process(
+    admin_conn: asyncpg.Connection, hub_process, tmp_path
+):
+    """The hub (`mycelium up`, its engines in-process) and three members, each `mycelium await --loop
+    --digest --exec`: the flow runs as people would run it, and each turn reaches its member with the
+    digest naming the flow, the step and the row."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conversations.test_cli import cli_env
+
+    hub = hub_process()
+    await setup_room(admin_conn)
+    key, episode = await make_task(admin_conn, "atlas", "Ship passkey login")
+    (tmp_path / "member.py").write_text(MEMBER)
+    answers = {
+        "ann": {"check-in": "I lead.", "split": "[[new: Build the API -> @bob]]\n[[new: Write the page -> @cy]]"},
+        "bob": {"check-in": "I take the API."},
+        "cy": {"check-in": "I take the page."},
+    }
+    procs = []
+    for handle, said in answers.items():
+        (tmp_path / f"{handle}.json").write_text(json.dumps(said))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "mycelium.cli.main", "await", "--loop", "--digest", "--handle", handle,
+                 "--timeout", "30", "--exec", f"{sys.executable} {tmp_path / 'member.py'} {tmp_path}"],
+                env={**cli_env(hub.url), "MYCELIUM_HANDLE": handle},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    try:
+        await coordinate(admin_conn, "atlas", key, "swarm @ann @bob @cy: ship it")
+        run = await closed_run(admin_conn, "atlas", episode, timeout=120)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
+    assert run["state"] == "resolved", run["reason"]
+    children = await admin_conn.fetch(
+        "SELECT key, assignee AS who FROM mycelium.board_rows WHERE room = 'atlas' AND parent = $1 "
+        "ORDER BY key",
+        key,
+    )
+    assert [(c["key"], c["who"]) for c in children] == [("work/build-the-api", "bob"), ("work/write-the-page", "cy")]
+    seen = [json.loads(line) for line in (tmp_path / "bob.seen").read_text().splitlines()]
+    turn = next(s for s in seen if "· check-in ·" in s["prompt"])
+    assert "It is your turn: @conductor runs swarm, step check-in (turn 2 of 6)." in turn["digest"]
+    assert f"--task {key}" in turn["digest"]
