@@ -11,7 +11,15 @@ import pytest
 
 from mycelium.engines import accord
 from mycelium.engines.conductor import tasks_of
-from tests.engines.conftest import closed_run, coordinate, make_task, posts_of, setup_room, trace_of
+from tests.engines.conftest import (
+    closed_run,
+    coordinate,
+    eventually,
+    make_task,
+    posts_of,
+    setup_room,
+    trace_of,
+)
 from tests.engines.test_flows import by_step
 
 
@@ -390,3 +398,39 @@ async def test_swarm_with_members_as_await_exec_processes_on_a_hub_process(
     turn = next(s for s in seen if "· check-in ·" in s["prompt"])
     assert "It is your turn: @conductor runs swarm, step check-in (turn 2 of 6)." in turn["digest"]
     assert f"--task {key}" in turn["digest"]
+
+
+async def test_a_later_run_on_the_task_is_shown_what_was_agreed(
+    admin_conn: asyncpg.Connection, engines_hub, agents
+):
+    await setup_room(admin_conn)
+    key, episode = await make_task(admin_conn, "atlas", "Acme renewal")
+    await engines_hub()
+    rules = agreeing()
+    for h in ("ann", "bob", "cy"):
+        agree = rules[h]
+
+        def rule(text: str, agree=agree, h=h) -> str | None:
+            if "· suggest ·" in text:
+                return "20% off"
+            if "· rate ·" in text:
+                return "[[mycelium: A=90]]"
+            return agree(text)
+
+        agents(h, rule)
+    await coordinate(admin_conn, "atlas", key, "accord @ann @bob @cy: agree what the renewal is")
+    first = await closed_run(admin_conn, "atlas", episode)
+    assert first["state"] == "resolved"
+    await coordinate(admin_conn, "atlas", key, "concord @ann @bob @cy: the discount", by="ann")
+
+    async def converged():
+        return await admin_conn.fetchrow(
+            "SELECT * FROM mycelium.engine_runs WHERE episode = $1 AND protocol = 'concord' AND state <> 'open'",
+            episode,
+        )
+
+    run = await eventually(converged, timeout=60)
+    assert run["state"] == "converged"
+    suggest = next(p for p in await posts_of(admin_conn, "atlas", run["id"]) if p["event"] == "turn")
+    assert "What the team already agreed for this task (from context/summary/acme-renewal)" in suggest["content"]
+    assert "Renew Acme on terms finance can sign." in suggest["content"]

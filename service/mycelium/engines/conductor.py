@@ -35,6 +35,8 @@ _NEW_TASK = re.compile(
 )
 _CHECKBOX = re.compile(r"^\s*[-*]\s*\[ \]\s*(?P<t>.+?)\s+@(?P<h>[A-Za-z0-9][A-Za-z0-9_-]*)\s*$", re.M)
 MAX_CHILD_TASKS = 12
+#: how much of a task's shared summary a run carries into its prompts
+AGREED_CHARS = 2000
 
 
 def tasks_of(text: str) -> list[dict[str, str]]:
@@ -122,8 +124,10 @@ def new_flow(
     task: str,
     title: str,
     step_timeout: float = STEP_TIMEOUT_SECONDS,
+    agreed: str = "",
 ) -> dict[str, Any]:
-    """What a run keeps of its flow (engine_runs.flow): the graph, the roles bound, the cast."""
+    """What a run keeps of its flow (engine_runs.flow): the graph, the roles bound, the cast, and
+    what the team already agreed for the task (its shared summary's text, if any: ``{agreed}``)."""
     bound = bind_roles(protocol, members)
     return {
         "protocol": protocol.as_dict(),
@@ -133,6 +137,7 @@ def new_flow(
         "task": task,
         "title": title,
         "step_timeout": step_timeout,
+        "agreed": agreed[:AGREED_CHARS],
     }
 
 
@@ -289,6 +294,10 @@ class Conductor:
         return {
             "ask": self.flow["ask"],
             "cast": ", ".join(self.cast),
+            "agreed": f"What the team already agreed for this task (from "
+            f"{accord.summary_key(self.flow['task'])}):\n\n{self.flow['agreed']}\n\n"
+            if self.flow.get("agreed")
+            else "",
             "frame": accord.frame_text(self.p, self.cast),
             "terms": accord.terms_text(self.p, self.vectors, self.cast),
             "task": self.flow["task"],

@@ -391,7 +391,7 @@ _BUILT_IN: dict[str, dict[str, Any]] = {
                 "id": "suggest",
                 "to": "each",
                 "collect": "options",
-                "prompt": "Suggest one option for: {ask}",
+                "prompt": "{agreed}Suggest one option for: {ask}",
                 "next": "rate",
             },
             {
@@ -471,8 +471,8 @@ _BUILT_IN: dict[str, dict[str, Any]] = {
                 "to": "all",
                 "collect": "pieces",
                 "require": "pieces",
-                "prompt": "Before we start on {title}: {ask}\n\nSay what you understand the task to be, one "
-                "point a line, each starting with its label:\n\n"
+                "prompt": "{agreed}Before we start on {title}: {ask}\n\nSay what you understand the task "
+                "to be, one point a line, each starting with its label:\n\n"
                 "[[mycelium: objective]] what it is for\n"
                 "[[mycelium: constraint]] a limit the work respects\n"
                 "[[mycelium: assumption]] what you take as given\n"

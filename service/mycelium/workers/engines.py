@@ -174,6 +174,7 @@ class EngineWorker:
                 row["key"] if row else "",
                 row["title"] if row else "",
                 self.step_timeout,
+                await self.agreed(s["room"], row["key"]) if row else "",
             )
         except conductor.CannotRun as exc:
             await self.answer(s, str(exc), "refused")
@@ -194,6 +195,16 @@ class EngineWorker:
             if r.status not in (409, 422) or r.error == "summon_not_held":
                 raise
             await self.answer(s, r.message, "refused")
+
+    async def agreed(self, room: str, task: str) -> str:
+        """The task's shared summary (accord's), which later runs on the task are shown."""
+        try:
+            got = await self.verbs.call(NOBODY, "get_memory", room=room, key=accord.summary_key(task))
+        except Refusal as r:
+            if r.error != "memory_not_found":
+                raise
+            return ""
+        return str(got["body"] or "")
 
     async def play(self, s: Mapping[str, Any]) -> None:
         ctx = await self.verbs.call(
