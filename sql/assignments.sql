@@ -487,9 +487,8 @@ BEGIN
              p_key, a.owner, h),
       jsonb_build_object('key', p_key, 'owner', a.owner, 'claimed_at', a.claimed_at, 'ttl_minutes', a.ttl_minutes));
   END IF;
-  -- behind the token gate, only an operator forces (sql/privacy.sql declares the principal's role)
-  IF mycelium.task_lease_live(a) AND a.owner <> h
-     AND coalesce(current_setting('mycelium.principal_role', true), '') NOT IN ('', 'operator') THEN
+  -- behind the token gate, only an operator forces (base.sql: is_operator)
+  IF mycelium.task_lease_live(a) AND a.owner <> h AND NOT mycelium.is_operator() THEN
     PERFORM mycelium.refuse(403, 'operator_only',
       format('%L is held by @%s: forcing its release is an operator''s word', p_key, a.owner),
       jsonb_build_object('key', p_key, 'owner', a.owner));

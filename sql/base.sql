@@ -188,6 +188,38 @@ BEGIN
 END
 $$;
 
+-- The administrative verbs' rule (settings, the dependency gate, deleting a room, forced releases,
+-- presuming a worker dead, the hub's keys, receipt signatures, compliance exports): the principal
+-- declared for the transaction is an operator (the hub's own loops declare themselves as one); with
+-- none declared, the gate is open (every caller of an ungated hub is trusted as its operator) or
+-- this is an administrator's own session (psql as the owner). Anyone else is refused, 403
+-- operator_only. Returns true, so a read can name it once: WHERE (SELECT mycelium.operator_only(…)).
+CREATE OR REPLACE FUNCTION mycelium.is_operator() RETURNS boolean LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN coalesce(current_setting('mycelium.principal_role', true), '') = 'operator'
+      OR (mycelium.principal() IS NULL
+          AND (NOT mycelium.private_rooms_closed() OR mycelium.administrator_session()));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION mycelium.operator_only(p_verb text) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  who text := mycelium.principal();
+  role text := nullif(current_setting('mycelium.principal_role', true), '');
+BEGIN
+  IF mycelium.is_operator() THEN
+    RETURN true;
+  END IF;
+  PERFORM mycelium.refuse(403, 'operator_only',
+    CASE WHEN who IS NULL THEN format('%s is an operator''s verb, and no principal is declared', p_verb)
+         ELSE format('%s is an operator''s verb; @%s is %s', p_verb, who,
+                     CASE WHEN role = 'viewer' THEN 'a viewer' ELSE 'an agent' END) END,
+    jsonb_build_object('verb', p_verb, 'role', role));
+  RETURN false;
+END
+$$;
+
 -- For a read that found nothing: 404 room_not_found when p_room does not exist, else the refusal
 -- given (404 memory_not_found, …). Never returns; typed boolean so a query can name it in a CASE.
 CREATE OR REPLACE FUNCTION mycelium.refuse_missing(p_room text, p_error text, p_message text, p_extra jsonb)
@@ -250,7 +282,7 @@ LANGUAGE sql IMMUTABLE AS $$
     -- the schema's own description (sql/catalogue.sql, /health)
     ('schema_catalogue', 'read'), ('schema_fingerprint', 'read'),
     -- reads a caller names
-    ('actor', 'read'), ('declared_actor', 'read'), ('actor_kinds', 'read'), ('public_verbs', 'read'),
+    ('actor', 'read'), ('declared_actor', 'read'), ('operator_only', 'read'), ('actor_kinds', 'read'), ('public_verbs', 'read'),
     ('room_known', 'read'), ('room_fold', 'read'), ('refuse_missing', 'read'), ('normalize_handle', 'read'),
     ('episode_ref', 'read'), ('row_of_episode', 'read'), ('memory_title', 'read'),
     ('search_memories', 'read'), ('memory_links_of', 'read'), ('link_graph', 'read'),

@@ -367,6 +367,7 @@ $$;
 CREATE OR REPLACE FUNCTION mycelium.set_dependency_gate(p_on boolean, p_room text DEFAULT '', p_by text DEFAULT NULL)
 RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
+  PERFORM mycelium.operator_only('set_dependency_gate');
   IF coalesce(p_room, '') <> '' THEN
     PERFORM mycelium.require_room(p_room);
   END IF;

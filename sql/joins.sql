@@ -96,6 +96,7 @@ $$;
 CREATE OR REPLACE FUNCTION mycelium.rotate_hub_key(p_kid text, p_public_jwk jsonb, p_sealed bytea)
 RETURNS SETOF mycelium.hub_keys LANGUAGE plpgsql AS $$
 BEGIN
+  PERFORM mycelium.operator_only('rotate_hub_key');
   PERFORM pg_advisory_xact_lock(hashtext('mycelium.hub_keys'));
   UPDATE mycelium.hub_keys SET retired_at = now() WHERE retired_at IS NULL;
   INSERT INTO mycelium.hub_keys (kid, public_jwk, sealed_private) VALUES (p_kid, p_public_jwk, p_sealed);

@@ -89,23 +89,39 @@ END
 $$;
 
 -- The write guard: a write into a room the principal may not see is refused as if the room did not
--- exist. (Writes without a principal are the hub's own or an open hub's.)
+-- exist. (Writes without a principal are the hub's own or an open hub's.) A room found visible is
+-- remembered for the rest of the transaction (with the principal it was found visible to), so the
+-- several rows one verb writes in a room cost one look at it; the room is read from the row's own
+-- column (a trigger function is compiled per table, so NEW.room names each table's column).
 CREATE OR REPLACE FUNCTION mycelium.guard_room_write() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
+  who text := mycelium.principal();
   target text;
 BEGIN
-  IF mycelium.principal() IS NULL OR current_setting('mycelium.principal_role', true) = 'operator' THEN
+  IF who IS NULL OR current_setting('mycelium.principal_role', true) = 'operator' THEN
     RETURN coalesce(NEW, OLD);
   END IF;
-  target := CASE WHEN TG_OP = 'DELETE' THEN to_jsonb(OLD) ELSE to_jsonb(NEW) END
-            ->> CASE WHEN TG_TABLE_NAME = 'rooms' THEN 'name' ELSE 'room' END;
-  IF TG_OP = 'INSERT' AND TG_TABLE_NAME = 'rooms' THEN
-    RETURN NEW;
+  IF TG_TABLE_NAME = 'rooms' THEN
+    IF TG_OP = 'INSERT' THEN
+      RETURN NEW;
+    ELSIF TG_OP = 'DELETE' THEN
+      target := OLD.name;
+    ELSE
+      target := NEW.name;
+    END IF;
+  ELSIF TG_OP = 'DELETE' THEN
+    target := OLD.room;
+  ELSE
+    target := NEW.room;
+  END IF;
+  IF target IS NULL OR current_setting('mycelium.room_seen', true) = who || E'\n' || target THEN
+    RETURN coalesce(NEW, OLD);
   END IF;
   IF NOT mycelium.room_visible(target) THEN
     PERFORM mycelium.refuse(404, 'room_not_found', format('Room %L not found', target),
                             jsonb_build_object('room', target));
   END IF;
+  PERFORM set_config('mycelium.room_seen', who || E'\n' || target, true);
   RETURN coalesce(NEW, OLD);
 END
 $$;

@@ -260,6 +260,7 @@ CREATE OR REPLACE FUNCTION mycelium.register_receipt_key(p_key_id text, p_public
 RETURNS mycelium.receipt_keys LANGUAGE plpgsql AS $$
 DECLARE k mycelium.receipt_keys;
 BEGIN
+  PERFORM mycelium.operator_only('register_receipt_key');
   INSERT INTO mycelium.receipt_keys (key_id, public_key) VALUES (p_key_id, p_public_key)
   ON CONFLICT (key_id) DO NOTHING;
   SELECT * INTO k FROM mycelium.receipt_keys WHERE key_id = p_key_id;
@@ -275,9 +276,12 @@ $$;
 
 -- Rotation: every other key stops signing from now on (their old signatures stay valid).
 CREATE OR REPLACE FUNCTION mycelium.retire_receipt_keys(p_except text) RETURNS SETOF mycelium.receipt_keys
-LANGUAGE sql AS $$
-  UPDATE mycelium.receipt_keys SET retired_at = now()
-  WHERE key_id <> p_except AND retired_at IS NULL RETURNING *
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM mycelium.operator_only('retire_receipt_keys');
+  RETURN QUERY UPDATE mycelium.receipt_keys SET retired_at = now()
+               WHERE key_id <> p_except AND retired_at IS NULL RETURNING *;
+END
 $$;
 
 -- The receipts waiting for a signature: each chain's (agent and lane) receipts past its signed-through
@@ -304,6 +308,7 @@ CREATE OR REPLACE FUNCTION mycelium.sign_receipts(p_key_id text, p_ids bigint[],
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE n integer;
 BEGIN
+  PERFORM mycelium.operator_only('sign_receipts');
   IF NOT EXISTS (SELECT 1 FROM mycelium.receipt_keys WHERE key_id = p_key_id AND retired_at IS NULL) THEN
     PERFORM mycelium.refuse(409, 'key_not_active', format('receipt key %s is not registered or retired', p_key_id));
   END IF;

@@ -212,6 +212,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION mycelium.delete_room(p_name text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+  PERFORM mycelium.operator_only('delete_room');
   DELETE FROM mycelium.rooms WHERE name = p_name;
   IF NOT FOUND THEN PERFORM mycelium.require_room(p_name); END IF;
   DELETE FROM mycelium.config WHERE room = p_name;

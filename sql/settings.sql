@@ -105,6 +105,7 @@ RETURNS SETOF mycelium.setting LANGUAGE plpgsql AS $$
 DECLARE
   room text := coalesce(p_room, '');
 BEGIN
+  PERFORM mycelium.operator_only('write_setting');
   PERFORM mycelium.require_setting(p_name);
   -- a write's room and value are checked by the config table's trigger; a clear deletes, which
   -- that trigger never sees

@@ -847,6 +847,7 @@ DECLARE
   t mycelium.transitions;
   st text;
 BEGIN
+  PERFORM mycelium.operator_only('release');
   IF p_verified IS NULL OR p_verified NOT IN ('completed', 'not_executed') THEN
     PERFORM mycelium.refuse(422, 'invalid_release',
       format('a release states what was verified: completed or not_executed, not %L', p_verified));
@@ -908,6 +909,7 @@ DECLARE
   alive text;
   by_text text := mycelium.author(p_by, 'by');
 BEGIN
+  PERFORM mycelium.operator_only('mark_worker_dead');
   IF by_text IS NULL OR btrim(by_text) = '' OR p_reason IS NULL OR btrim(p_reason) = '' THEN
     PERFORM mycelium.refuse(422, 'unattributed', 'a death assertion names who makes it (by) and why (reason)');
   END IF;

@@ -100,7 +100,6 @@ SELECT mycelium.dependency_gate_on(:room) AS dependency_gate,
 WHERE :room = '' OR mycelium.room_known(:room)
 
 -- name: write_dependency_gate
--- needs: operator
 -- returns: value
 -- on (NULL clears), for a room ('' for the hub)
 SELECT mycelium.set_dependency_gate(:enabled, mycelium.acting(:room, :actor, :actor_kind), :handle)

@@ -5,17 +5,19 @@
 SELECT * FROM mycelium.unsigned_receipt_batch(:batch)
 
 -- name: sign_receipts
--- needs: operator
 SELECT mycelium.sign_receipts(:key_id, :ids, :signatures)
 
 -- name: register_receipt_key
--- needs: operator
 -- returns: row
 SELECT * FROM mycelium.register_receipt_key(:key_id, :public_key)
 
 -- name: retire_receipt_keys
--- needs: operator
 SELECT * FROM mycelium.retire_receipt_keys(:except_key_id)
+
+-- name: may_rotate_receipt_key
+-- returns: value
+-- asked before a new key is made on disk (403 operator_only for anyone but an operator)
+SELECT mycelium.operator_only('rotate_receipt_key')
 
 -- name: receipt_keys
 SELECT key_id, algorithm, public_key, created_at, retired_at FROM mycelium.receipt_keys ORDER BY created_at
@@ -32,6 +34,5 @@ LIMIT :limit
 SELECT * FROM mycelium.verify_receipt_chain(:agent)
 
 -- name: rotate_receipt_key
--- needs: operator
 -- register a new key and retire every other one (their signatures stay valid), in one statement
 SELECT * FROM mycelium.retire_receipt_keys((mycelium.register_receipt_key(:key_id, :public_key)).key_id)

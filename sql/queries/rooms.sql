@@ -11,7 +11,6 @@ SELECT * FROM mycelium.create_room(mycelium.acting(:name, :actor, :actor_kind), 
 SELECT * FROM mycelium.update_room(mycelium.acting(:room, :actor, :actor_kind), :patch, :by)
 
 -- name: delete_room
--- needs: operator
 -- returns: row
 -- (the room's own change hint comes back with it)
 SELECT current_setting('mycelium.wake_hints', true) AS wake_hints
@@ -51,7 +50,6 @@ SELECT * FROM mycelium.redeem_join_code(:code_hash)
 SELECT * FROM mycelium.ensure_hub_key(:kid, :public_jwk, :sealed)
 
 -- name: rotate_hub_key
--- needs: operator
 -- returns: row
 SELECT * FROM mycelium.rotate_hub_key(:kid, :public_jwk, :sealed)
 

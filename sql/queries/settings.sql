@@ -5,7 +5,6 @@
 SELECT * FROM mycelium.settings_of(:room) WHERE :room = '' OR mycelium.room_known(:room)
 
 -- name: write_setting
--- needs: operator
 -- returns: row
 -- a value (jsonb; NULL clears) for a room ('' = hub-wide); the setting as it now applies there
 SELECT * FROM mycelium.write_setting(:name, :value, mycelium.acting(:room, :actor, :actor_kind), :handle)

@@ -86,13 +86,11 @@ SELECT * FROM mycelium.repair(:request_id, :owner, :fence)
 SELECT * FROM mycelium.apply_reconcile_result(:request_id, :fence, :status, :result, :by)
 
 -- name: release_transition
--- needs: operator
 -- returns: row
 SELECT * FROM mycelium.release(mycelium.acting(:request_id, :actor, :actor_kind), :verified, :by, :reason, :result,
                                :expected_fence)
 
 -- name: mark_worker_dead
--- needs: operator
 SELECT * FROM mycelium.mark_worker_dead(mycelium.acting(:owner, :actor, :actor_kind), :by, :reason, :override,
                                         :presumed_dead_after)
 

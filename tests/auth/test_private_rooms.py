@@ -105,6 +105,25 @@ async def test_in_sql_a_write_into_a_private_room_is_refused_for_a_non_member(ga
     await admin_conn.execute("SELECT * FROM mycelium.write_memory('vault', 'x/y', '\"ours\"', 'bob')")
 
 
+async def test_a_room_found_visible_in_a_transaction_opens_no_other(gated, provider, admin_conn):
+    """The guard remembers the room it let a principal write in for the rest of the transaction:
+    for that principal and that room only."""
+    await _fill(gated, provider)
+    await _as_app(admin_conn, "carol")
+    async with admin_conn.transaction():
+        await admin_conn.execute("SELECT * FROM mycelium.write_memory('lobby', 'x/y', '\"mine\"', 'carol')")
+        with pytest.raises(asyncpg.PostgresError) as refused:
+            await admin_conn.execute("SELECT * FROM mycelium.create_task('vault', 'Steal it', 'carol')")
+        assert refused.value.sqlstate == "MY404"
+    await _as_app(admin_conn, "bob")
+    async with admin_conn.transaction():
+        await admin_conn.execute("SELECT * FROM mycelium.write_memory('vault', 'x/z', '\"ours\"', 'bob')")
+        await admin_conn.execute("SELECT set_config('mycelium.principal', 'carol', true)")
+        with pytest.raises(asyncpg.PostgresError) as refused:  # another principal: looked at again
+            await admin_conn.execute("SELECT * FROM mycelium.write_memory('vault', 'x/w', '\"mine\"', 'carol')")
+        assert refused.value.sqlstate == "MY404"
+
+
 async def test_over_http_a_private_room_does_not_exist_for_a_non_member(gated, provider):
     await _fill(gated, provider)
     carol = bearer(provider.token("carol"))

@@ -131,3 +131,25 @@ def test_the_hub_does_not_start_gated_without_issuers(db_dsn, settings_for):
 
     with pytest.raises(IssuerConfigError, match="names no issuer"):
         create_app(settings_for(db_dsn, auth=True))
+
+
+async def test_a_remembered_token_is_not_checked_again_until_it_expires(monkeypatch):
+    verifier = tokens.TokenVerifier(
+        parse_issuers(json.dumps([{"issuer": SECRET_ISSUER, "algorithms": ["HS256"], "secret": SECRET}])),
+        leeway=0)
+    checks = []
+    real = tokens.TokenVerifier._check
+
+    async def counted(self, token):
+        checks.append(token)
+        return await real(self, token)
+
+    monkeypatch.setattr(tokens.TokenVerifier, "_check", counted)
+    token = jwt.encode({"iss": SECRET_ISSUER, "sub": "alice", "handle": "alice", "exp": int(time.time()) + 2},
+                       SECRET, algorithm="HS256")
+    for _ in range(3):
+        assert (await verifier.verify(token)).handle == "alice"
+    assert len(checks) == 1
+    time.sleep(3.1)  # past its exp: remembered or not, it is refused
+    with pytest.raises(tokens.TokenRefused, match="expired"):
+        await verifier.verify(token)

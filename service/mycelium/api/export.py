@@ -13,7 +13,7 @@ from litestar.params import FromPath, FromQuery
 from mycelium.api.deps import VERBS, HubDep, VerbsDep
 from mycelium.export import bundle
 from mycelium.ledger.receipts import KeyStore
-from mycelium.verbs import NOBODY, verbs_of
+from mycelium.verbs import HUB_PRINCIPAL, NOBODY, verbs_of
 from mycelium.workers.receipts import register, sign_pending
 
 EXPORT_PAGE = 10_000
@@ -24,7 +24,7 @@ async def export_room(hub: HubDep, verbs: VerbsDep, room: FromPath[str],
                       since: FromQuery[datetime | None] = None) -> Response[bytes]:
     room_row = await verbs.call(NOBODY, "export_room", room=room)
     key = await asyncio.to_thread(KeyStore.for_data_dir(hub.settings.resolved_data_dir()).current)
-    own = verbs_of(hub)
+    own = verbs_of(hub, HUB_PRINCIPAL)  # the hub's own signer
     await register(own, key)  # (a replica without the signer loop has not yet)
     await sign_pending(own, key)  # every receipt so far signed before it is exported
     receipts: list[Any] = []

@@ -41,6 +41,7 @@ class ReceiptController(Controller):
     @post("/keys/rotate", status_code=201)
     async def rotate(self, hub: HubDep, verbs: VerbsDep) -> dict[str, Any]:
         """A new signing key for this hub; every other key is retired (old signatures stay valid)."""
+        await verbs.call(NOBODY, "may_rotate_receipt_key")  # before a key is made on disk
         store = signing.KeyStore.for_data_dir(hub.settings.resolved_data_dir())
         key = await asyncio.to_thread(store.rotate)
         await verbs.call(NOBODY, "rotate_receipt_key", key_id=key.key_id, public_key=key.public_bytes)

@@ -14,7 +14,7 @@ from mycelium.auth.member_tokens import MemberTokens
 from mycelium.auth.middleware import gate
 from mycelium.auth.tokens import TokenVerifier
 from mycelium.settings import Settings
-from mycelium.verbs import HUB_PROCESS, verbs_of
+from mycelium.verbs import HUB_PRINCIPAL, HUB_PROCESS, verbs_of
 
 if TYPE_CHECKING:
     from mycelium.hub import Hub
@@ -38,7 +38,7 @@ def gate_middleware(verifier: TokenVerifier | None) -> list[Any]:
 async def start_gate(hub: Hub, verifier: TokenVerifier) -> MemberTokens:
     """Before a gated hub serves: private rooms closed, and its member tokens trusted."""
     await close_private_rooms(hub)
-    members = MemberTokens(verbs_of(hub), hub.settings.auth_secret)
+    members = MemberTokens(verbs_of(hub, HUB_PRINCIPAL), hub.settings.auth_secret)
     await members.start()
     verifier.members = members
     return members
@@ -51,7 +51,7 @@ async def close_private_rooms(hub: Hub) -> None:
 
     Closing turns row-level security on, table by table, while other replicas may be reading them:
     PostgreSQL may then break a deadlock by failing this write, which is tried again."""
-    verbs = verbs_of(hub)
+    verbs = verbs_of(hub, HUB_PRINCIPAL)
     for attempt in range(CLOSE_ATTEMPTS):
         if await verbs.call(HUB_PROCESS, "private_rooms_closed"):
             return

@@ -107,6 +107,10 @@ class MemberTokens:
                                   "iat": now, "exp": now + TOKEN_TTL_SECONDS}
         return jwt.encode(claims, key, algorithm="ES256", headers={"kid": kid}), claims["exp"]
 
+    def held(self) -> object:
+        """The public keys held now (a reload replaces them)."""
+        return self._public
+
     async def public_key(self, kid: str | None) -> Any:
         if kid not in self._public:
             await self.reload()  # a key another replica made or rotated in since

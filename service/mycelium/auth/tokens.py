@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 JWKS_TTL = 300.0
 JWKS_MIN_REFRESH = 10.0
 JWKS_MAX_BYTES = 256 * 1024
+#: a verified token is remembered this long (and never past its exp, nor once its issuer's keys
+#: changed), so an agent's every request does not decode and check its signature again
+VERIFIED_SECONDS = 60.0
+VERIFIED_TOKENS = 4096
 
 
 class TokenRefused(Exception):
@@ -43,6 +47,11 @@ class KeySet:
         self._keys: dict[str | None, jwt.PyJWK] = _by_kid(list(issuer.keys)) if issuer.keys else {}
         self._fetched_at = 0.0
         self._lock = asyncio.Lock()
+
+    def held(self) -> object:
+        """The keys held now (a refresh replaces them: a token verified with older ones is checked
+        again)."""
+        return self._keys
 
     async def key(self, kid: str | None) -> jwt.PyJWK:
         if self._url is not None:
@@ -93,8 +102,34 @@ class TokenVerifier:
         self._keys = {i.issuer: KeySet(i) for i in issuers if not i.hmac}
         self.members: MemberTokens | None = None
         """The hub's own member tokens, trusted beside the configured issuers (set once started)."""
+        self._verified: dict[str, tuple[Principal, float, Issuer, object]] = {}
+
+    def _held(self, issuer: Issuer) -> object:
+        """What a token of ``issuer`` was checked against: its secret, or the keys held now."""
+        members = self.members
+        if issuer.hmac:
+            return issuer
+        if members is not None and issuer is members.issuer:
+            return members.held()
+        return self._keys[issuer.issuer].held()
 
     async def verify(self, token: str) -> Principal:
+        known = self._verified.get(token)
+        if known is not None:
+            principal, until, issuer, held = known
+            if (time.monotonic() < until and self._held(issuer) is held
+                    and (principal.expires_at is None or time.time() <= principal.expires_at + self.leeway)):
+                return principal
+            del self._verified[token]
+        principal, issuer, held = await self._check(token)
+        if len(self._verified) >= VERIFIED_TOKENS:
+            del self._verified[next(iter(self._verified))]
+        self._verified[token] = (principal, time.monotonic() + VERIFIED_SECONDS, issuer, held)
+        return principal
+
+    async def _check(self, token: str) -> tuple[Principal, Issuer, object]:
+        """The principal a token names once its signature and claims are checked, its issuer, and
+        the keys it was checked against (taken with the key, with no await between them)."""
         try:
             header = jwt.get_unverified_header(token)
             unverified = jwt.decode(token, options={"verify_signature": False})
@@ -122,6 +157,7 @@ class TokenVerifier:
             if jwk.algorithm_name != alg and jwk._jwk_data.get("alg") is not None:
                 raise TokenRefused(f"key {header.get('kid')!r} is not for {alg}")
             key = jwk.key
+        held = self._held(issuer)
         required = ["exp", "iss"] + (["aud"] if issuer.audience else [])
         try:
             claims = jwt.decode(token, key, algorithms=[alg], audience=issuer.audience, issuer=issuer.issuer,
@@ -138,7 +174,7 @@ class TokenVerifier:
             raise TokenRefused(f"the token has no {exc.claim} claim") from None
         except jwt.PyJWTError as exc:
             raise TokenRefused(f"invalid token: {exc}") from None
-        return principal_of(issuer, claims)
+        return principal_of(issuer, claims), issuer, held
 
 
 def principal_of(issuer: Issuer, claims: dict[str, Any]) -> Principal:

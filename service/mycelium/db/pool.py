@@ -31,10 +31,31 @@ async def setup_connection(conn: asyncpg.Connection, role: str | None = None) ->
             await conn.execute(f'SET ROLE "{role}"')
 
 
+class HubConnection(asyncpg.Connection):  # type: ignore[misc]
+    """A pooled connection that remembers which principal its session declares (the verb gateway
+    declares a gated request's principal for the session, once, rather than in a transaction of
+    every call: see ``mycelium.verbs.gateway``)."""
+
+    __slots__ = ("_principal",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._principal: str | None = ""
+
+    def declared_principal(self) -> str | None:
+        """The declaration the session holds ('' for none), or None when it is not known (a
+        declaration that did not come back): the next caller declares again."""
+        return self._principal
+
+    def note_principal(self, declared: str | None) -> None:
+        self._principal = declared
+
+
 async def _keep_session(_conn: asyncpg.Connection) -> None:
-    """Released connections keep their session: the hub sets nothing on a session but its role and
-    codecs (verbs use transaction-local settings and locks), and an open transaction is still rolled
-    back by the pool. The default reset would cost a round trip on every release."""
+    """Released connections keep their session: the hub sets nothing on a session but its role,
+    codecs and the principal the gateway declares (which the next call on it checks; verbs use
+    transaction-local settings and locks), and an open transaction is still rolled back by the pool.
+    The default reset would cost a round trip on every release."""
 
 
 async def create_pool(dsn: str, *, role: str | None, min_size: int = 2, max_size: int = 20) -> asyncpg.Pool:
@@ -42,6 +63,6 @@ async def create_pool(dsn: str, *, role: str | None, min_size: int = 2, max_size
         await setup_connection(conn, role)
 
     pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=init,
-                                     reset=_keep_session)
+                                     reset=_keep_session, connection_class=HubConnection)
     assert pool is not None
     return pool

@@ -6,11 +6,11 @@ is the query. Names are global across files and must be unique.
 A query names its parameters (``:room``, ``:key``; ``::`` stays a cast, and nothing inside a string,
 a quoted name or a comment is a parameter); they become ``$1``, ``$2``… in the order they first
 appear. A ``-- returns: row | rows | value | none`` line in the query says what a call gives back
-(default ``rows``). A ``-- needs: operator`` line marks an administrative verb (with the token gate
-on, only an operator calls it), ``-- needs: writer`` a write a viewer may not make (a query that
-declares its actor with ``mycelium.acting`` is one without saying so). Every caller reaches them
-through the verb gateway (``mycelium.verbs``), by name with named parameters (the SDK's store
-binds them with the gateway's ``bind`` on its own connections).
+(default ``rows``). A ``-- needs: writer`` line marks a write a viewer may not make (a query that
+declares its actor with ``mycelium.acting`` is one without saying so); the administrative verbs
+refuse anyone but an operator in the database itself (sql/base.sql ``operator_only``). Every
+caller reaches them through the verb gateway (``mycelium.verbs``), by name with named parameters
+(the SDK's store binds them with the gateway's ``bind`` on its own connections).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ class Query:
     params: tuple[str, ...]
     """The named parameters, in positional order (empty for a query written with ``$n``)."""
     returns: Returns
-    needs: Literal["writer", "operator"] | None = None
+    needs: Literal["writer"] | None = None
     """What a principal must be to call it when the token gate is on: ``writer`` (an agent or an
-    operator, not a viewer), ``operator``, or None (anyone admitted)."""
+    operator, not a viewer), or None (anyone admitted)."""
 
 
 def compile_query(name: str, text: str) -> Query:
@@ -52,8 +52,8 @@ def compile_query(name: str, text: str) -> Query:
         raise RuntimeError(f"query {name!r}: returns {returns!r} is not row, rows, value or none")
     needed = _NEEDS.search(text)
     needs = needed.group(1) if needed else None
-    if needs not in (None, "writer", "operator"):
-        raise RuntimeError(f"query {name!r}: needs {needs!r} is not writer or operator")
+    if needs not in (None, "writer"):
+        raise RuntimeError(f"query {name!r}: needs {needs!r} is not writer")
     if needs is None and "mycelium.acting(" in _TOKENS.sub(_kept, text):
         needs = "writer"  # it declares its actor: a write
     params: list[str] = []

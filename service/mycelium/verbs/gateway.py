@@ -85,16 +85,12 @@ async def run(db: Runner, q: Query, args: list[Any]) -> Any:
 def admit(principal: Principal | None, q: Query, actor: Actor) -> Actor:
     """The actor a call runs as once the token gate has verified ``principal`` (None: the gate is
     off, and the declared actor is taken as it is). An operator may act for the handle the request
-    declares and call the administrative verbs (``-- needs: operator``); anyone else acts as their
-    own handle (so a write naming another author is refused by the database's author rule, 403
-    ``actor_mismatch``), and a viewer calls no verb that writes. The hub's own loops
-    (``HUB_PRINCIPAL``) are taken as they declare themselves."""
+    declares; anyone else acts as their own handle (so a write naming another author is refused by
+    the database's author rule, 403 ``actor_mismatch``), and a viewer calls no verb that writes.
+    (Who may call the administrative verbs the database decides: sql/base.sql ``operator_only``.)
+    The hub's own loops (``HUB_PRINCIPAL``) are taken as they declare themselves."""
     if principal is None or principal is HUB_PRINCIPAL:
         return actor
-    if q.needs == "operator" and principal.role != "operator":
-        raise Refusal(403, "operator_only", f"{q.name} is an operator's verb; @{principal.handle} is "
-                      f"{'a viewer' if principal.role == 'viewer' else 'an agent'}",
-                      {"verb": q.name, "role": principal.role})
     if q.needs == "writer" and principal.role == "viewer":
         raise Refusal(403, "read_only", f"@{principal.handle} is a viewer and may only read",
                       {"verb": q.name, "role": "viewer"})
@@ -108,19 +104,49 @@ def admit(principal: Principal | None, q: Query, actor: Actor) -> Actor:
     return Actor(principal.handle, kind, principal.subject)
 
 
-def declaration(principal: Principal) -> str:
-    """The statement that tells the database who asks, for the rest of the transaction
-    (sql/privacy.sql): a simple query, its values quoted as literals (standard conforming strings:
-    only the quote is doubled), so it can share a round trip with the BEGIN."""
-    handle, role = (v.replace("'", "''") for v in (principal.handle, principal.role))
-    return (f"SELECT set_config('mycelium.principal', '{handle}', true), "
-            f"set_config('mycelium.principal_role', '{role}', true)")
+def declaration(principal: Principal | None, *, local: bool = True) -> str:
+    """The statement that tells the database who asks (sql/privacy.sql; None: nobody), for the rest
+    of the transaction or, not ``local``, for the session: a simple query, its values quoted as
+    literals (standard conforming strings: only the quote is doubled), so it can share a round trip
+    with a BEGIN."""
+    handle, role = ("", "") if principal is None else (
+        v.replace("'", "''") for v in (principal.handle, principal.role))
+    scope = "true" if local else "false"
+    return (f"SELECT set_config('mycelium.principal', '{handle}', {scope}), "
+            f"set_config('mycelium.principal_role', '{role}', {scope})")
+
+
+def _declared_as(principal: Principal | None) -> str:
+    return "" if principal is None else f"{principal.role}:{principal.handle}"
+
+
+async def _declare(conn: asyncpg.Connection, principal: Principal | None) -> bool:
+    """Make ``conn`` declare ``principal`` (None: nobody) for what runs on it next. A hub pool's
+    connection (``HubConnection``) remembers what its session declares: the same principal again
+    costs nothing, another one a round trip (a session-level declaration, made outside any
+    transaction so no rollback can undo it; inside one, a transaction-local one). False for a
+    connection that does not remember (it declares nothing: the caller declares per transaction)."""
+    try:
+        held = conn.declared_principal()
+    except AttributeError:
+        return False
+    want = _declared_as(principal)
+    if held == want:
+        return True
+    if conn.is_in_transaction():
+        await conn.execute(declaration(principal))
+        return True
+    conn.note_principal(None)  # unknown until the declaration comes back
+    await conn.execute(declaration(principal, local=False))
+    conn.note_principal(want)
+    return True
 
 
 async def _as_principal(conn: asyncpg.Connection, principal: Principal, q: Query, args: list[Any]) -> Any:
-    """One call in a transaction of its own that first declares the principal: the BEGIN and the
-    declaration go in one round trip, the verb in the next, the COMMIT in a third. (A call cancelled
-    half-way leaves the transaction open: the pool rolls it back when the connection comes back.)"""
+    """One call in a transaction of its own that first declares the principal (on a connection that
+    does not remember its declaration): the BEGIN and the declaration go in one round trip, the verb
+    in the next, the COMMIT in a third. (A call cancelled half-way leaves the transaction open: the
+    pool rolls it back when the connection comes back.)"""
     await conn.execute("BEGIN; " + declaration(principal))
     try:
         result = await run(conn, q, args)
@@ -157,10 +183,10 @@ class Verbs:
         q = query(verb)
         actor = admit(self.principal, q, actor)
         args = bind(q, actor, self._hint is not None, params)
-        if self.principal is None:
-            result = await run(self._db, q, args)
-        else:  # the principal is set for the statement's own transaction (row-level security reads it)
-            async with _connection(self._db) as conn:
+        async with _connection(self._db) as conn:  # row-level security reads the declared principal
+            if await _declare(conn, self.principal) or self.principal is None:
+                result = await run(conn, q, args)
+            else:
                 result = await _as_principal(conn, self.principal, q, args)
         if self._hint is not None:
             hints = hints_of(q, result)
@@ -178,8 +204,9 @@ class Verbs:
             kwargs: dict[str, Any] = {"readonly": readonly}
             if isolation is not None:
                 kwargs["isolation"] = isolation
+            remembered = await _declare(conn, self.principal)
             async with conn.transaction(**kwargs):
-                if self.principal is not None:
+                if not remembered and self.principal is not None:
                     await conn.execute(declaration(self.principal))
                 yield session
         if self._hint is not None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
 
-from mycelium.db.pool import setup_connection
+from mycelium.db.pool import HubConnection, setup_connection
 from mycelium.verbs import HUB_PROCESS, verbs_of, verbs_on
 from mycelium.workers.loop import Loop, LoopContext, LoopStatus, backoff_seconds, now
 
@@ -138,7 +138,7 @@ class Supervisor:
 
     async def _connect(self, loop: str) -> asyncpg.Connection:
         settings = {"application_name": self.application_name(loop), **_KEEPALIVE}
-        conn = await asyncpg.connect(self.hub.dsn, server_settings=settings)
+        conn = await asyncpg.connect(self.hub.dsn, server_settings=settings, connection_class=HubConnection)
         try:
             await setup_connection(conn, self.hub.settings.app_role)
         except BaseException:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from mycelium.verbs import HUB_PROCESS, Verbs, verbs_of
+from mycelium.verbs import HUB_PRINCIPAL, HUB_PROCESS, Verbs, verbs_of
 from mycelium.workers.loop import Loop, LoopContext
 
 if TYPE_CHECKING:
@@ -45,7 +45,8 @@ async def apply_board_settings(hub: Hub) -> None:
     """Write the environment's dependency gate (if it sets one) as the hub-wide setting."""
     gate = hub.settings.board_dependency_gate
     if gate is not None:
-        await verbs_of(hub).call(HUB_PROCESS, "write_dependency_gate", enabled=gate, room="", handle="env")
+        await verbs_of(hub, HUB_PRINCIPAL).call(HUB_PROCESS, "write_dependency_gate", enabled=gate, room="",
+                                                handle="env")
 
 
 async def apply_settings(ctx: LoopContext) -> None:
