@@ -23,7 +23,9 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
     WHERE m.room = p_room AND m.position < msg.position AND m.position > msg.position - 5000
       AND mycelium.normalize_handle(m.sender) = me.h AND m.payload_type NOT IN ('ping', 'presence', 'keepalive')
   ), since AS (
-    SELECT coalesce(l.position, 0) AS position, l.position IS NOT NULL AS spoke FROM last_turn l
+    -- what is looked back at: from the last turn, or as far as the same bound reaches
+    SELECT coalesce(l.position, greatest(msg.position - 5000, 0)) AS position, l.position IS NOT NULL AS spoke
+    FROM last_turn l, msg
   ), thread AS (
     SELECT msg.episode, r.key, r.title, msg.episode = mycelium.live_episode(p_room) AS live
     FROM msg LEFT JOIN LATERAL mycelium.row_of_episode(p_room, msg.episode) r ON true

@@ -306,7 +306,7 @@ async def test_near_duplicates_fold_by_the_hubs_embedding_model(
     try:
         a, b = "Renew the Acme contract for one year.", "Renew Acme's contract for a year."
         vectors = dict(zip([a, b], await hub.embedder.aembed([a, b]), strict=True))
-        assert accord._same(a, b, vectors) and not accord._same(a, "Cut the price by half.", vectors | dict(
+        assert accord.same_text(a, b, vectors) and not accord.same_text(a, "Cut the price by half.", vectors | dict(
             zip(["Cut the price by half."], await hub.embedder.aembed(["Cut the price by half."]), strict=True)
         ))
         agents("ann", in_turn(frame=[f"[[mycelium: objective]] {a}"], more=["No."], ground=["No."]))

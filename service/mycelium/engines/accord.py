@@ -40,7 +40,8 @@ def norm(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
-def _same(a: str, b: str, vectors: Vectors | None) -> bool:
+def same_text(a: str, b: str, vectors: Vectors | None) -> bool:
+    """Whether two texts say the same thing: equal but for case and spacing, or alike vectors."""
     if norm(a) == norm(b):
         return True
     va, vb = (vectors or {}).get(a), (vectors or {}).get(b)
@@ -97,7 +98,7 @@ def merge(
                 checks.append({"text": p["text"], "covers": list(p.get("covers", [])), "owner": handle})
             else:
                 same_type = [q for q in points if q["type"] == label and label != "statement"]
-                match = next((q for q in same_type if _same(q["text"], p["text"], vectors)), None)
+                match = next((q for q in same_type if same_text(q["text"], p["text"], vectors)), None)
                 if same_type and match is None and vectors is None:
                     compared_without_model = True
                 if match is not None:
@@ -119,7 +120,7 @@ def meanings(term: Mapping[str, Any], vectors: Vectors | None, cast: Sequence[st
     out: list[dict[str, Any]] = []
     order = {h: i for i, h in enumerate(cast)}
     for m in sorted(term["meanings"], key=lambda m: order.get(m["handle"], len(order))):
-        same = next((g for g in out if _same(g["text"], m["text"], vectors)), None)
+        same = next((g for g in out if same_text(g["text"], m["text"], vectors)), None)
         if same is None:
             out.append({"text": m["text"], "members": [m["handle"]]})
         else:

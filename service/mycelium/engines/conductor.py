@@ -31,7 +31,7 @@ _FIELD = re.compile(r"\{([a-z_]+)\}")
 _AT = re.compile(r"(?:^|(?<=[\s(<]))@(?=~?[A-Za-z0-9])")  # a mention's @ (core.mentions), not an email's
 #: a child task in a lead's reply: ``[[new: <title> -> @member]]`` or ``- [ ] <title> @member``
 _NEW_TASK = re.compile(
-    r"\[\[\s*new\s*:\s*(?P<t>[^\]]+?)\s*->\s*@?(?P<h>[A-Za-z0-9][A-Za-z0-9_-]*)\s*\]\]", re.I
+    r"\[\[\s*new\s*:\s*(?P<t>[^\]\n]+?)\s*->\s*@?(?P<h>[A-Za-z0-9][A-Za-z0-9_-]*)\s*\]\]", re.I
 )
 _CHECKBOX = re.compile(r"^\s*[-*]\s*\[ \]\s*(?P<t>.+?)\s+@(?P<h>[A-Za-z0-9][A-Za-z0-9_-]*)\s*$", re.M)
 MAX_CHILD_TASKS = 12
