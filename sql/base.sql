@@ -274,6 +274,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('create_engine', 'write'), ('claim_engine_summons', 'write'), ('answer_summon', 'write'),
     ('start_engine_run', 'write'), ('claim_engine_runs', 'write'), ('renew_engine_runs', 'write'),
     ('release_engine_runs', 'write'), ('engine_step', 'write'), ('run_replies', 'read'),
+    ('summon_failed', 'write'),
     ('invoke_engine', 'write'), ('coordinate', 'write'), ('engine_kinds', 'read'), ('episode_record', 'read'),
     ('episode_quality', 'inlined'),
     -- the task compiler (sql/compiler.sql)
@@ -283,6 +284,8 @@ LANGUAGE sql IMMUTABLE AS $$
     ('synthesis_input', 'read'),
     -- negotiations (sql/negotiations.sql)
     ('start_negotiation', 'write'),
+    -- the wake digest beside an awaited message (sql/digest.sql)
+    ('wake_digest', 'read'),
     -- the schema's own description (sql/catalogue.sql, /health)
     ('schema_catalogue', 'read'), ('schema_fingerprint', 'read'),
     -- reads a caller names

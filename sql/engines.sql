@@ -258,9 +258,16 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- Summons.
 
+-- How many times a summon is taken before it is given up: a summon that makes every attempt fail
+-- (its worker raised, or died with it) is closed as failed, with the error said in its thread.
+CREATE OR REPLACE FUNCTION mycelium.summon_attempts() RETURNS integer LANGUAGE sql IMMUTABLE AS $$
+  SELECT 5
+$$;
+
 -- Take up to p_limit pending summons of the given kinds (NULL: every kind) for p_worker, for
--- p_lease_seconds; a summon whose taker stopped (its lease ran out) is taken again, five times at
--- most (a summon that makes every worker fail stays pending, with its attempts, for a person to see).
+-- p_lease_seconds; a summon whose taker stopped (its lease ran out) is taken again. One taken as
+-- often as mycelium.summon_attempts() allows comes back marked outcome 'failed' (still pending): the
+-- worker closes it with summon_failed, which says so in the thread, instead of trying it again.
 CREATE OR REPLACE FUNCTION mycelium.claim_engine_summons(
   p_worker text, p_limit integer, p_lease_seconds double precision, p_kinds text[] DEFAULT NULL
 ) RETURNS SETOF mycelium.engine_summons LANGUAGE plpgsql AS $$
@@ -268,13 +275,49 @@ BEGIN
   RETURN QUERY
   UPDATE mycelium.engine_summons s
   SET taken_by = p_worker, taken_until = now() + make_interval(secs => p_lease_seconds),
-      attempts = s.attempts + 1
+      attempts = s.attempts + 1,
+      outcome = CASE WHEN s.attempts >= mycelium.summon_attempts() THEN 'failed' END
   FROM (SELECT x.room, x.id FROM mycelium.engine_summons x
         WHERE x.state = 'pending' AND (x.taken_until IS NULL OR x.taken_until < now())
-          AND (p_kinds IS NULL OR x.kind = ANY (p_kinds)) AND x.attempts < 5
+          AND (p_kinds IS NULL OR x.kind = ANY (p_kinds))
         ORDER BY x.id LIMIT p_limit FOR UPDATE SKIP LOCKED) pick
   WHERE s.room = pick.room AND s.id = pick.id
   RETURNING s.*;
+END
+$$;
+
+-- An attempt at a summon p_worker holds failed with p_error (NULL: the summon was found given up).
+-- While attempts are left, the summon goes back, taken again after a pause that doubles each time;
+-- after the last (or when the claim marked it given up) it is closed as failed and the engine says
+-- so in the thread (unless the floor does not admit it), with the error on the summon.
+CREATE OR REPLACE FUNCTION mycelium.summon_failed(p_room text, p_id bigint, p_worker text, p_error text)
+RETURNS mycelium.engine_summons LANGUAGE plpgsql AS $$
+DECLARE
+  s mycelium.engine_summons := mycelium.held_summon(p_room, p_id, p_worker);
+  posted mycelium.messages;
+  why text := coalesce(nullif(btrim(p_error), ''), s.error, 'its workers stopped while answering it');
+BEGIN
+  IF s.attempts < mycelium.summon_attempts() AND s.outcome IS NULL THEN
+    UPDATE mycelium.engine_summons
+    SET error = why, taken_until = now() + make_interval(secs => least(30, 0.1 * 2 ^ s.attempts))
+    WHERE room = p_room AND id = p_id
+    RETURNING * INTO s;
+    RETURN s;
+  END IF;
+  BEGIN
+    posted := mycelium.post_message(p_room, s.engine,
+      format('✗ %s could not answer this after %s attempt(s) (%s); the summon is closed as failed.',
+             s.engine, least(s.attempts, mycelium.summon_attempts()), left(why, 500)),
+      s.episode, '{}', 'exchange', NULL, 'reply', jsonb_build_object('action', 'reply', 'summon_failed', true),
+      ARRAY[s.message_id], 'agent');
+  EXCEPTION WHEN SQLSTATE 'MY409' OR SQLSTATE 'MY403' THEN
+    posted := NULL;
+  END;
+  UPDATE mycelium.engine_summons
+  SET state = 'done', outcome = 'failed', error = why, answer_id = posted.id, done_at = now(), taken_until = NULL
+  WHERE room = p_room AND id = p_id
+  RETURNING * INTO s;
+  RETURN s;
 END
 $$;
 
@@ -506,7 +549,8 @@ $$;
 --                how long (the deadline, on the database clock), p_pending the conductor's state;
 --   p_speakers   the floor: held by the engine for exactly these members (NULL: left as it is);
 --   p_close      resolved, rejected, converged or failed to close the run (floor released);
---   p_memory     memories to write as the engine ([{key, text, meta}]): the saved decision, the record.
+--   p_memory     memories to write as the engine ([{key, text, meta}]): the saved decision, the summary;
+--                or child tasks to file ([{task: {title, assignee, parent}}], through create_task).
 --   p_assignments the agreement a converged close carries ({issue: value}; kept only with converged).
 CREATE OR REPLACE FUNCTION mycelium.engine_step(
   p_room text, p_run bigint, p_worker text, p_seq integer, p_trace jsonb, p_posts jsonb,
@@ -578,8 +622,13 @@ BEGIN
   END LOOP;
   FOR p IN SELECT * FROM jsonb_array_elements(CASE jsonb_typeof(p_memory) WHEN 'array' THEN p_memory
                                                   WHEN 'object' THEN jsonb_build_array(p_memory) ELSE '[]' END) LOOP
-    written := mycelium.write_memory(p_room, p ->> 'key', jsonb_build_object('text', p ->> 'text'),
-                                     r.engine, NULL, p -> 'meta');
+    IF p ? 'task' THEN  -- a child task, filed through the board's verb, part of the run's row
+      written := mycelium.create_task(p_room, p #>> '{task,title}', r.engine, NULL, p #>> '{task,assignee}',
+                                      coalesce(p #>> '{task,parent}', r.task_key));
+    ELSE
+      written := mycelium.write_memory(p_room, p ->> 'key', jsonb_build_object('text', p ->> 'text'),
+                                       r.engine, NULL, p -> 'meta');
+    END IF;
   END LOOP;
   UPDATE mycelium.engine_runs SET
     seq = r.seq + 1, turn = r.turn, step = p_step,
@@ -693,12 +742,32 @@ $$;
 -- its JSON text (which YAML reads as it is) or as its structured value. One that does not validate
 -- is refused at write time (422 invalid_flow, listing every problem), whoever writes it.
 
+-- The step vocabulary (mycelium.engines.flows.VOCABULARY says the same; a test holds them equal):
+-- the groups a step may address, the ends, the step kinds and the edges each kind branches on, what
+-- a step may collect and require.
+CREATE OR REPLACE FUNCTION mycelium.flow_vocabulary() RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+  SELECT '{"groups": ["each", "all", "workers", "bottleneck", "contested"],
+           "ends": ["resolved", "rejected", "converged"],
+           "kinds": ["ask", "select", "tally", "lock"],
+           "collect": ["options", "scores", "pieces", "tasks"],
+           "require": ["stance", "scores", "pieces", "tasks"],
+           "edges": {"ask": ["accept", "reject", "silent", "default"],
+                     "select": ["feasible", "infeasible", "stuck"],
+                     "tally:points": ["grew", "settled", "empty", "default"],
+                     "tally:terms": ["contested", "clear", "default"],
+                     "lock": ["locked", "empty", "default"]}}'::jsonb
+$$;
+
 CREATE OR REPLACE FUNCTION mycelium.flow_problems(p_spec jsonb, p_name text) RETURNS text[]
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
   problems text[] := '{}';
   roles text[] := '{}';
-  groups text[] := ARRAY['each', 'all', 'workers', 'bottleneck'];
+  vocab jsonb := mycelium.flow_vocabulary();
+  groups text[] := ARRAY(SELECT jsonb_array_elements_text(vocab -> 'groups'));
+  kinds text[] := ARRAY(SELECT jsonb_array_elements_text(vocab -> 'kinds'));
+  collects text[] := ARRAY(SELECT jsonb_array_elements_text(vocab -> 'collect'));
+  requires text[] := ARRAY(SELECT jsonb_array_elements_text(vocab -> 'require'));
   word text := '^[a-z][a-z0-9_-]{0,31}$';
   st jsonb;
   nxt jsonb;
@@ -752,7 +821,8 @@ BEGIN
     END IF;
     place := format('step %s (%s)', i, coalesce(st ->> 'id', '?'));
     FOR k IN SELECT jsonb_object_keys(st) LOOP
-      IF k NOT IN ('id', 'to', 'prompt', 'wait', 'rounds', 'next', 'end', 'kind', 'collect', 'require', 'max_repairs') THEN
+      IF k NOT IN ('id', 'to', 'prompt', 'wait', 'rounds', 'next', 'end', 'kind', 'collect', 'require', 'max_repairs',
+                   'of', 'max_rounds') THEN
         problems := problems || format('%s: unknown field %L', place, k);
       END IF;
     END LOOP;
@@ -764,7 +834,7 @@ BEGIN
     IF nullif(st -> 'end', 'null') IS NOT NULL THEN
       ends := ends + 1;
       first_end := coalesce(first_end, i = 1);
-      IF (st ->> 'end') NOT IN ('resolved', 'rejected', 'converged') THEN
+      IF NOT ((st ->> 'end') = ANY (ARRAY(SELECT jsonb_array_elements_text(vocab -> 'ends')))) THEN
         problems := problems || format('%s: end is one of resolved, rejected, converged, not %L', place, st ->> 'end');
       END IF;
       IF nullif(st -> 'to', 'null') IS NOT NULL OR nullif(st -> 'next', 'null') IS NOT NULL THEN
@@ -773,17 +843,35 @@ BEGIN
       CONTINUE;
     END IF;
     step_kind := coalesce(st ->> 'kind', 'ask');
-    IF step_kind NOT IN ('ask', 'select') THEN
-      problems := problems || format('%s: kind is ask or select, not %L', place, step_kind);
+    IF NOT (step_kind = ANY (kinds)) THEN
+      problems := problems || format('%s: kind is one of %s, not %L', place, array_to_string(kinds, ', '), step_kind);
     END IF;
     IF step_kind = 'ask' AND NOT (jsonb_typeof(st -> 'to') = 'string'
                                   AND ((st ->> 'to') = ANY (roles) OR (st ->> 'to') = ANY (groups))) THEN
-      problems := problems || format('%s: to is a role (%s) or one of each, all, workers, bottleneck, not %L', place,
-                                     coalesce(nullif(array_to_string(roles, ', '), ''), 'none declared'), st ->> 'to');
+      problems := problems || format('%s: to is a role (%s) or one of %s, not %L', place,
+                                     coalesce(nullif(array_to_string(roles, ', '), ''), 'none declared'),
+                                     array_to_string(groups, ', '), st ->> 'to');
+    END IF;
+    IF step_kind <> 'ask' AND step_kind = ANY (kinds)
+       AND (nullif(st -> 'to', 'null') IS NOT NULL OR nullif(st -> 'prompt', 'null') IS NOT NULL
+            OR nullif(st -> 'collect', 'null') IS NOT NULL OR nullif(st -> 'require', 'null') IS NOT NULL) THEN
+      problems := problems || format('%s: a %s step asks nobody: it takes no to, prompt, collect or require',
+                                     place, step_kind);
+    END IF;
+    IF step_kind = 'tally' AND coalesce(st ->> 'of', '') NOT IN ('points', 'terms') THEN
+      problems := problems || format('%s: a tally step reads of: points or of: terms', place);
+    END IF;
+    IF step_kind <> 'tally' AND (nullif(st -> 'of', 'null') IS NOT NULL OR nullif(st -> 'max_rounds', 'null') IS NOT NULL) THEN
+      problems := problems || format('%s: of and max_rounds belong to a tally step', place);
+    END IF;
+    IF nullif(st -> 'max_rounds', 'null') IS NOT NULL AND NOT (jsonb_typeof(st -> 'max_rounds') = 'number'
+         AND (st ->> 'max_rounds') ~ '^\d+$' AND (st ->> 'max_rounds')::numeric >= 1) THEN
+      problems := problems || format('%s: max_rounds is a whole number, 1 or more', place);
     END IF;
     nxt := nullif(st -> 'next', 'null');
-    allowed := CASE WHEN step_kind = 'select' THEN ARRAY['feasible', 'infeasible', 'stuck']
-                    ELSE ARRAY['accept', 'reject', 'silent', 'default'] END;
+    allowed := ARRAY(SELECT jsonb_array_elements_text(vocab #> ARRAY['edges', CASE step_kind
+                     WHEN 'tally' THEN 'tally:' || coalesce(st ->> 'of', '') WHEN 'ask' THEN 'ask'
+                     ELSE step_kind END]));
     IF nxt IS NULL THEN
       problems := problems || format('%s: a step that does not end needs next', place);
     ELSIF jsonb_typeof(nxt) = 'object' THEN
@@ -791,8 +879,9 @@ BEGIN
         problems := problems || format('%s: next branches on %s only', place, array_to_string(allowed, ', '));
       END IF;
       targets := targets || ARRAY(SELECT v FROM jsonb_each_text(nxt) AS e (b, v));
-    ELSIF step_kind = 'select' THEN
-      problems := problems || format('%s: a select step branches on feasible, infeasible, stuck', place);
+    ELSIF step_kind <> 'ask' AND step_kind = ANY (kinds) THEN
+      problems := problems || format('%s: a %s step branches on %s', place, step_kind,
+                                     coalesce(nullif(array_to_string(allowed, ', '), ''), 'its edges'));
     ELSIF jsonb_typeof(nxt) = 'string' THEN
       targets := targets || (nxt #>> '{}');
     ELSE
@@ -805,11 +894,13 @@ BEGIN
          AND (st ->> 'rounds') ~ '^\d+$' AND (st ->> 'rounds')::numeric >= 1) THEN
       problems := problems || format('%s: rounds is a whole number, 1 or more', place);
     END IF;
-    IF coalesce(st ->> 'collect', 'options') NOT IN ('options', 'scores') THEN
-      problems := problems || format('%s: collect is options or scores', place);
+    IF nullif(st -> 'collect', 'null') IS NOT NULL AND NOT (coalesce(st ->> 'collect', '') = ANY (collects)) THEN
+      problems := problems || format('%s: collect is one of %s', place, array_to_string(collects, ', '));
     END IF;
-    IF coalesce(st ->> 'require', 'stance') NOT IN ('stance', 'scores') THEN
-      problems := problems || format('%s: require is stance or scores', place);
+    IF nullif(st -> 'require', 'null') IS NOT NULL AND NOT (coalesce(st ->> 'require', '') = ANY (requires)) THEN
+      problems := problems || format('%s: require is one of %s', place, array_to_string(requires, ', '));
+    ELSIF (st ->> 'require') IN ('pieces', 'tasks') AND (st ->> 'require') IS DISTINCT FROM (st ->> 'collect') THEN
+      problems := problems || format('%s: a step that requires %s collects them', place, st ->> 'require');
     END IF;
     IF nullif(st -> 'prompt', 'null') IS NOT NULL AND jsonb_typeof(st -> 'prompt') <> 'string' THEN
       problems := problems || format('%s: prompt is text', place);

@@ -57,6 +57,11 @@ SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints
 FROM mycelium.answer_summon(mycelium.acting(:room, :actor, :actor_kind, :defer_wakes), :id, :worker, :content,
                             :payload, :outcome, :error, :remember) r
 
+-- name: summon_failed
+-- returns: row
+SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints
+FROM mycelium.summon_failed(mycelium.acting(:room, :actor, :actor_kind, :defer_wakes), :id, :worker, :error) r
+
 -- name: start_engine_run
 -- returns: row
 SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints

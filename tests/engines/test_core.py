@@ -59,6 +59,65 @@ BAD_FLOWS = [
         "branches on",
     ),
     ("name: [unclosed", "not readable YAML"),
+    (
+        {
+            "name": "x",
+            "steps": [{"id": "t", "kind": "tally", "next": {"grew": "z"}}, {"id": "z", "end": "resolved"}],
+        },
+        "reads of: points or of: terms",
+    ),
+    (
+        {
+            "name": "x",
+            "steps": [
+                {"id": "t", "kind": "tally", "of": "points", "to": "all", "next": {"grew": "z"}},
+                {"id": "z", "end": "resolved"},
+            ],
+        },
+        "asks nobody",
+    ),
+    (
+        {
+            "name": "x",
+            "steps": [
+                {"id": "t", "kind": "tally", "of": "points", "next": {"clear": "z"}},
+                {"id": "z", "end": "resolved"},
+            ],
+        },
+        "branches on grew, settled, empty, default only",
+    ),
+    (
+        {"name": "x", "steps": [{"id": "l", "kind": "lock", "next": "z"}, {"id": "z", "end": "resolved"}]},
+        "a lock step branches on",
+    ),
+    (
+        {
+            "name": "x",
+            "steps": [
+                {"id": "a", "to": "all", "require": "pieces", "next": "z"},
+                {"id": "z", "end": "resolved"},
+            ],
+        },
+        "requires pieces collects them",
+    ),
+    (
+        {
+            "name": "x",
+            "steps": [{"id": "a", "to": "all", "of": "terms", "next": "z"}, {"id": "z", "end": "resolved"}],
+        },
+        "belong to a tally step",
+    ),
+    (
+        {
+            "name": "x",
+            "steps": [
+                {"id": "a", "to": "all", "collect": "votes", "next": "z"},
+                {"id": "z", "end": "resolved"},
+            ],
+        },
+        "collect is one of",
+    ),
+    ({"name": "x", "roles": ["contested"], "steps": [{"id": "z", "end": "resolved"}]}, "name of a group"),
 ]
 
 

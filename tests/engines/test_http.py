@@ -90,7 +90,9 @@ async def test_engines_agents_coordinate_and_episodes_over_http(
         "review",
         "fan-out",
         "round-robin",
+        "swarm",
         "concord",
+        "accord",
     ]
 
     invoked = await client.post(

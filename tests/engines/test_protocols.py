@@ -9,7 +9,7 @@ import json
 import asyncpg
 import pytest
 
-from mycelium.engines.flows import BUILT_IN, FlowError, parse_protocol
+from mycelium.engines.flows import BUILT_IN, VOCABULARY, FlowError, parse_protocol
 from tests.engines.conftest import closed_run, coordinate, make_task, setup_room, trace_of
 from tests.engines.test_core import BAD_FLOWS
 from tests.engines.test_flows import by_step
@@ -57,6 +57,21 @@ async def test_the_database_refuses_what_the_flow_model_refuses(
     assert (
         await admin_conn.fetchval("SELECT count(*) FROM mycelium.memories WHERE key LIKE 'protocols/%'") == 0
     )
+
+
+async def test_the_database_and_the_flow_model_share_one_step_vocabulary(admin_conn: asyncpg.Connection):
+    assert await admin_conn.fetchval("SELECT mycelium.flow_vocabulary()") == VOCABULARY
+
+
+async def test_a_problem_the_database_finds_is_a_problem_the_model_finds(admin_conn: asyncpg.Connection):
+    """Each bad flow's problem is said in the same words on both sides."""
+    for spec, problem in BAD_FLOWS:
+        if not isinstance(spec, dict):
+            continue
+        with pytest.raises(FlowError, match=problem):
+            parse_protocol(spec)
+        found = await admin_conn.fetchval("SELECT mycelium.flow_problems($1::jsonb, $2)", spec, spec["name"])
+        assert any(problem in p for p in found), (problem, found)
 
 
 async def test_every_built_in_and_its_shown_form_pass_the_database(admin_conn: asyncpg.Connection):

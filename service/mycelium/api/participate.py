@@ -16,6 +16,7 @@ from litestar import get as get_route
 from litestar.params import FromPath, FromQuery, JSONBody
 
 from mycelium.api.deps import VERBS, Annotated, HubDep, Query, VerbsDep
+from mycelium.conversations import digest as wake_digest
 from mycelium.conversations.inbox import MAX_WAIT_SECONDS, await_next
 from mycelium.core import markers
 from mycelium.core.envelope import topic_urn
@@ -37,9 +38,12 @@ async def await_message(
     handle: FromQuery[str],
     timeout: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0.0,
     episode: FromQuery[str | None] = None,
+    digest: FromQuery[bool] = False,
 ) -> dict[str, Any]:
     """The next message addressed to ``handle`` (``timeout`` seconds at most; 0 = the maximum).
 
+    ``digest=true`` adds the wake digest (``digest``, its text, and ``wake``, its facts): why it
+    woke, what changed since its last turn, its tasks and the board, who asked, where to reply.
     An unknown room or a bad handle is refused by the first ``take_next``, before any waiting."""
     row = await await_next(hub, room, handle, episode=episode, timeout=timeout,
                            gone=lambda: _disconnected(request), verbs=verbs)
@@ -47,11 +51,16 @@ async def await_message(
     if row is None:
         return {"room": room, "handle": me, "message": None}
     message = message_read(row)
-    return {
+    answer = {
         "room": room, "handle": me, "prompt": message.content, "sender": message.sender_handle,
         "episode": message.episode, "topic": topic_urn(room), "message_id": message.id,
         "message": message.model_dump(mode="json"),
     }
+    if digest:
+        wake = await verbs.call(Actor.declared(handle), "wake_digest", room=room, handle=handle,
+                                message=row["id"])
+        answer.update(digest=wake_digest.render(room, wake), wake=wake)
+    return answer
 
 
 @post("/api/rooms/{room:str}/reply", status_code=201, dependencies=VERBS)

@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help=f"seconds to wait (default {POLL_SECONDS:.0f}; with --loop, per round)")
     a.add_argument("--loop", action="store_true", help="keep waiting; renew held leases each round")
     a.add_argument("--exec", dest="command", help="run this per message; its output is the reply")
+    a.add_argument("--digest", action="store_true",
+                   help="with the message, the wake digest: why it woke, what changed since its last "
+                        "turn, its tasks and the board, who asked, where to reply "
+                        "(MYCELIUM_DIGEST for --exec)")
     add_room(a)
     add_json(a)
     a.set_defaults(func=_await)
@@ -67,6 +71,8 @@ def _print_message(args: argparse.Namespace, answer: dict[str, Any]) -> None:
         return
     where = "" if answer["episode"].endswith(":live") else f" [thread {answer['episode'].rsplit(':', 1)[-1]}]"
     print(f"@{answer['sender']}{where}: {answer['prompt']}", flush=True)
+    if answer.get("digest"):
+        print(f"\n{answer['digest']}", flush=True)
 
 
 def _await(args: argparse.Namespace) -> int:
@@ -82,8 +88,10 @@ def _await(args: argparse.Namespace) -> int:
     while True:
         if args.loop:
             call("POST", f"{base}/assignments/renew", json_body={"handle": args.handle}, ok=(404, 422))
-        answer = call("GET", f"{base}/await", params={"handle": args.handle, "timeout": args.timeout,
-                                                       "episode": episode}, timeout=args.timeout + 30)
+        params = {"handle": args.handle, "timeout": args.timeout, "episode": episode}
+        if args.digest:
+            params["digest"] = "true"
+        answer = call("GET", f"{base}/await", params=params, timeout=args.timeout + 30)
         if answer.get("message") is None:
             if args.loop:
                 continue
@@ -136,6 +144,8 @@ def _run(args: argparse.Namespace, room: str, answer: dict[str, Any]) -> None:
     env = {**os.environ, "MYCELIUM_ROOM": room, "MYCELIUM_HANDLE": args.handle,
            "MYCELIUM_PROMPT": answer["prompt"], "MYCELIUM_SENDER": answer["sender"],
            "MYCELIUM_EPISODE": answer["episode"], "MYCELIUM_MESSAGE_ID": answer["message_id"]}
+    if answer.get("digest"):
+        env["MYCELIUM_DIGEST"] = answer["digest"]
     done = subprocess.run(args.command, shell=True, input=json.dumps(answer), text=True,
                           capture_output=True, env=env, check=False)
     if done.stderr:

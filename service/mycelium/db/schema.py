@@ -33,6 +33,7 @@ SQL_FILES = (
     "messages.sql", "board.sql", "assignments.sql",
     "handles.sql", "conversations.sql", "floors.sql", "participation.sql", "message_search.sql",
     "engines.sql",
+    "digest.sql",
     "negotiations.sql",
     "compiler.sql", "synthesis.sql",
     "settings.sql",

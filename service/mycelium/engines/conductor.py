@@ -20,7 +20,7 @@ from typing import Any
 
 from mycelium.core import markers
 from mycelium.core.mentions import TOKEN_PATTERN, loud_mentions
-from mycelium.engines import select
+from mycelium.engines import accord, select
 from mycelium.engines.flows import Protocol, Step, parse_protocol
 
 CATALOGUE_WORDS = ("list", "protocols", "flows", "help")
@@ -29,6 +29,26 @@ STEP_TIMEOUT_SECONDS = 120.0
 _MENTION = re.compile(TOKEN_PATTERN)
 _FIELD = re.compile(r"\{([a-z_]+)\}")
 _AT = re.compile(r"(?:^|(?<=[\s(<]))@(?=~?[A-Za-z0-9])")  # a mention's @ (core.mentions), not an email's
+#: a child task in a lead's reply: ``[[new: <title> -> @member]]`` or ``- [ ] <title> @member``
+_NEW_TASK = re.compile(
+    r"\[\[\s*new\s*:\s*(?P<t>[^\]\n]+?)\s*->\s*@?(?P<h>[A-Za-z0-9][A-Za-z0-9_-]*)\s*\]\]", re.I
+)
+_CHECKBOX = re.compile(r"^\s*[-*]\s*\[ \]\s*(?P<t>.+?)\s+@(?P<h>[A-Za-z0-9][A-Za-z0-9_-]*)\s*$", re.M)
+MAX_CHILD_TASKS = 12
+#: how much of a task's shared summary a run carries into its prompts
+AGREED_CHARS = 2000
+
+
+def tasks_of(text: str) -> list[dict[str, str]]:
+    """The child tasks a lead's reply names (title and assignee), in order, each title once."""
+    found = sorted(
+        [(m.start(), m["t"].strip(), m["h"].lower()) for m in _NEW_TASK.finditer(text)]
+        + [(m.start(), m["t"].strip(), m["h"].lower()) for m in _CHECKBOX.finditer(text)]
+    )
+    out: dict[str, dict[str, str]] = {}
+    for _, title, handle in found:
+        out.setdefault(accord.norm(title), {"title": title, "assignee": handle})
+    return list(out.values())[:MAX_CHILD_TASKS]
 
 
 def neutralise(text: str) -> str:
@@ -104,8 +124,10 @@ def new_flow(
     task: str,
     title: str,
     step_timeout: float = STEP_TIMEOUT_SECONDS,
+    agreed: str = "",
 ) -> dict[str, Any]:
-    """What a run keeps of its flow (engine_runs.flow): the graph, the roles bound, the cast."""
+    """What a run keeps of its flow (engine_runs.flow): the graph, the roles bound, the cast, and
+    what the team already agreed for the task (its shared summary's text, if any: ``{agreed}``)."""
     bound = bind_roles(protocol, members)
     return {
         "protocol": protocol.as_dict(),
@@ -115,6 +137,7 @@ def new_flow(
         "task": task,
         "title": title,
         "step_timeout": step_timeout,
+        "agreed": agreed[:AGREED_CHARS],
     }
 
 
@@ -219,8 +242,11 @@ _VERBS = {"accept": "accepted", "reject": "blocked", "silent": "stayed silent", 
 class Conductor:
     """One move of one run (see :func:`advance`)."""
 
-    def __init__(self, flow: Mapping[str, Any], state: RunState, short_id: str) -> None:
+    def __init__(
+        self, flow: Mapping[str, Any], state: RunState, short_id: str, vectors: accord.Vectors | None = None
+    ) -> None:
         self.flow = flow
+        self.vectors = vectors
         self.protocol = parse_protocol(flow["protocol"])
         self.state = state
         self.short_id = short_id
@@ -251,6 +277,8 @@ class Conductor:
         if to == "bottleneck":
             least = self.p.get("least_happy")
             return [least] if least else []
+        if to == "contested":
+            return list(self.p.get("contested", []))
         return []
 
     def fields(self, step: Step) -> dict[str, str]:
@@ -265,6 +293,13 @@ class Conductor:
         rating = self.p.get("ratings", {}).get(least, {}).get(chosen) if least and chosen else None
         return {
             "ask": self.flow["ask"],
+            "cast": ", ".join(self.cast),
+            "agreed": f"What the team already agreed for this task (from "
+            f"{accord.summary_key(self.flow['task'])}):\n\n{self.flow['agreed']}\n\n"
+            if self.flow.get("agreed")
+            else "",
+            "frame": accord.frame_text(self.p, self.cast),
+            "terms": accord.terms_text(self.p, self.vectors, self.cast),
             "task": self.flow["task"],
             "title": self.flow["title"],
             "handles": ", ".join(self.targets(step)),
@@ -345,10 +380,16 @@ class Conductor:
         for _ in range(64):  # select and wait-none steps move on without asking; a bound, not a limit
             step = self.protocol.step(step_id)
             if step.end:
-                self.close(step.end, None)
+                self.close(step.end, None, step.id)
                 return
             if step.kind == "select":
                 step_id = self.select(step)
+                continue
+            if step.kind == "tally":
+                step_id = self.tally(step)
+                continue
+            if step.kind == "lock":
+                step_id = self.lock(step)
                 continue
             if self.turns >= self.protocol.max_steps:
                 self.close("rejected", f"step cap of {self.protocol.max_steps} reached before {step.id}")
@@ -399,6 +440,74 @@ class Conductor:
         )
         return nxt
 
+    def code_post(self, step: Step, line: dict[str, Any], text: str) -> None:
+        self.move.posts.append(
+            {
+                "event": line["event"],
+                "content": neutralise(f"{self.protocol.name} · {step.id}: {text}"),
+                "payload": {"conductor": line, "metadata": {"conductor": line}},
+            }
+        )
+
+    def tally(self, step: Step) -> str:
+        of, cap = step.of or "points", step.max_rounds or 1
+        if of == "points":
+            key = accord.tally_points(self.p, step.id, cap)
+            said = {
+                "empty": "nobody has labelled a point",
+                "grew": f"the last round added {self.p.get('grew', 0)} point(s)",
+                "settled": "the last round added nothing" if not self.p.get("grew") else "the rounds ran out",
+            }[key]
+        else:
+            key = accord.tally_terms(self.p, step.id, cap, self.vectors, self.cast)
+            said = (
+                f"a word is used in different senses by {', '.join(self.p['contested'])}"
+                if key == "contested"
+                else "no word is used in different senses"
+                if not accord.terms_text(self.p, self.vectors, self.cast)
+                else "words still used in different senses are left open"
+            )
+        assert isinstance(step.next, Mapping)
+        nxt = step.next.get(key) or choose_edge(step, None)
+        got = {
+            "of": of,
+            "outcome": key,
+            "round": self.p["tallies"][step.id],
+            "points": len(self.p.get("points", [])),
+        }
+        self.move.trace.append({"step": step.id, "tally": got, "next": nxt})
+        self.code_post(
+            step, {"event": "tally", "step": step.id, "tally": got, "next": nxt}, f"{said}, on to {nxt}"
+        )
+        return nxt
+
+    def lock(self, step: Step) -> str:
+        summary = accord.lock(self.p, self.cast, self.flow["title"], self.flow["task"], self.vectors)
+        key = "locked" if summary else "empty"
+        assert isinstance(step.next, Mapping)
+        nxt = step.next.get(key) or choose_edge(step, None)
+        got: dict[str, Any] = {"outcome": key}
+        if summary:
+            got.update(memory=summary["key"], points=len(summary["contract"]["points"]))
+            self.p["summary"] = {"key": summary["key"], "contract": summary["contract"]}
+            self.move.memory.append(
+                {
+                    "key": summary["key"],
+                    "text": summary["text"],
+                    "meta": {
+                        "relates-to": self.flow["task"],
+                        "episode_run": self.short_id,
+                        "contract": summary["contract"],
+                    },
+                }
+            )
+        self.move.trace.append({"step": step.id, "lock": got, "next": nxt})
+        said = f"the shared summary is {summary['key']}" if summary else "nothing to lock"
+        self.code_post(
+            step, {"event": "lock", "step": step.id, "lock": got, "next": nxt}, f"{said}, on to {nxt}"
+        )
+        return nxt
+
     def answered(self, step: Step, got: Mapping[str, Reply]) -> None:
         answers = [self._answer(h, got.get(h)) for h in self.state.waiting]
         held = {a["handle"]: a for a in self.p.get("held", [])}
@@ -419,11 +528,13 @@ class Conductor:
                 entry.update(stance=None, next=step.id, reask=need)
                 self.move.trace.append(entry)
                 self.p.update(reasked=True, held=list(held.values()))
-                what = (
-                    "a stance: [[mycelium: stance=accept]] or [[mycelium: stance=reject]]"
-                    if step.require == "stance"
-                    else "a rating of every option, e.g. [[mycelium: A=80 B=40]]"
-                )
+                what = {
+                    "stance": "a stance: [[mycelium: stance=accept]] or [[mycelium: stance=reject]]",
+                    "scores": "a rating of every option, e.g. [[mycelium: A=80 B=40]]",
+                    "pieces": "a label on each point (I couldn't find a label in your reply), e.g. "
+                    "[[mycelium: objective]] what it is for",
+                    "tasks": "one line per child task, e.g. [[new: <title> -> @<member>]]",
+                }[step.require]
                 self.ask(step, need, f"Please answer again with {what}.\n\n{self.fill(step, step.prompt)}")
                 return
         self.p.pop("reasked", None)
@@ -469,6 +580,7 @@ class Conductor:
                 "stance": None,
                 "scores": {},
                 "confidence": None,
+                "pieces": [],
             }
         return {
             "handle": handle,
@@ -479,6 +591,7 @@ class Conductor:
             "stance": markers.stance_of(r.payload, r.text),
             "scores": markers.scores_of(r.payload, r.text),
             "confidence": markers.confidence_of(r.payload, r.text),
+            "pieces": accord.pieces(r.payload, r.text),
         }
 
     def _score_labels(self) -> set[str]:
@@ -490,6 +603,10 @@ class Conductor:
     def _lacks(self, step: Step, a: Mapping[str, Any]) -> bool:
         if step.require == "stance":
             return a["stance"] is None
+        if step.require == "pieces":
+            return not a["pieces"]
+        if step.require == "tasks":
+            return not tasks_of(a["text"])
         return not self._score_labels() <= set(a["scores"])
 
     def collect(self, step: Step, answers: Sequence[Mapping[str, Any]]) -> None:
@@ -512,6 +629,28 @@ class Conductor:
                 mine.update({k: v for k, v in a["scores"].items() if k in only})
             self.p["ratings"] = ratings
             self.p["rated"] = True
+        elif step.collect == "pieces":
+            spoke = [a for a in answers if not a["silent"]]
+            accord.merge(
+                self.p,
+                [(a["handle"], a["pieces"], a["text"]) for a in spoke],
+                self.vectors,
+                keep_unlabelled=step.require == "pieces",
+            )
+            self.p["answered"] = [
+                h for h in self.cast if h in {*self.p.get("answered", []), *(a["handle"] for a in spoke)}
+            ]
+        elif step.collect == "tasks":
+            filed = list(self.p.get("filed", []))
+            for a in answers:
+                for t in [] if a["silent"] else tasks_of(a["text"]):
+                    if len(filed) >= MAX_CHILD_TASKS or any(
+                        accord.norm(f["title"]) == accord.norm(t["title"]) for f in filed
+                    ):
+                        continue
+                    filed.append({**t, "by": a["handle"]})
+                    self.move.memory.append({"task": {**t, "parent": self.flow["task"]}})
+            self.p["filed"] = filed
         conf = {a["handle"]: a["confidence"] for a in answers if a.get("confidence") is not None}
         if conf:
             first = dict(self.p.get("first_confidence", {}))
@@ -520,7 +659,17 @@ class Conductor:
             self.p["first_confidence"] = first
             self.p["last_confidence"] = {**self.p.get("last_confidence", {}), **conf}
 
-    def close(self, outcome: str, reason: str | None) -> None:
+    def _frame_line(self, outcome: str | None) -> str:
+        """What the commit adds of the run's frame (accord) or its split (swarm)."""
+        if "points" in self.p or "answered" in self.p:
+            said = accord.outcome_line(self.p.get("summary") if outcome else None, self.p, self.cast)
+            return f" {said}" if said else ""
+        if self.p.get("filed"):
+            tasks = "; ".join(f"{t['title']} → @{t['assignee']}" for t in self.p["filed"])
+            return f" Split into {len(self.p['filed'])} child task(s) of {self.flow['task']}: {tasks}."
+        return ""
+
+    def close(self, outcome: str, reason: str | None, end_step: str | None = None) -> None:
         name = self.protocol.name
         steps = self.turns
         record = f"log/episodes/{self.short_id}"
@@ -559,10 +708,16 @@ class Conductor:
             text = f"✗ Couldn't get everyone there. Best was {chosen}: {option['text']}"
             line.update(pick=chosen, text=option["text"])
         elif outcome == "rejected":
-            why = f": {reason}" if reason else ""
-            text = f"✗ {name}: rejected after {steps} step(s){why}. Record: {record}."
+            why = f": {reason}" if reason else f": reached `{end_step}`" if end_step else ""
+            text = f"✗ {name}: rejected after {steps} step(s){why}.{self._frame_line(None)} Record: {record}."
         else:
-            text = f"✓ {name}: {outcome} after {steps} step(s). Record: {record}."
+            text = f"✓ {name}: {outcome} after {steps} step(s).{self._frame_line(outcome)} Record: {record}."
+        summary = self.p.get("summary")
+        if summary:
+            payload["memory"] = summary["key"]
+            line["memory"] = summary["key"]
+        if self.p.get("filed"):
+            payload["filed"] = self.p["filed"]
         payload["conductor"] = line
         payload["metadata"] = {"conductor": line}
         self.move.posts.append(
@@ -583,10 +738,16 @@ class Conductor:
 
 
 def advance(
-    flow: Mapping[str, Any], state: RunState, replies: Sequence[Reply], expired: bool, short_id: str
+    flow: Mapping[str, Any],
+    state: RunState,
+    replies: Sequence[Reply],
+    expired: bool,
+    short_id: str,
+    vectors: accord.Vectors | None = None,
 ) -> Move | None:
-    """The run's next move, or None while the members it waits for may still answer."""
-    c = Conductor(flow, state, short_id)
+    """The run's next move, or None while the members it waits for may still answer. ``vectors``:
+    the embeddings of the texts a merge may compare (:func:`accord.texts_for`), None without a model."""
+    c = Conductor(flow, state, short_id, vectors)
     if state.step is None or not state.asked:
         c.enter(state.step or c.protocol.first.id)
         return c.move

@@ -16,11 +16,36 @@ from typing import Any
 
 import yaml
 
-GROUPS = ("each", "all", "workers", "bottleneck")
+GROUPS = ("each", "all", "workers", "bottleneck", "contested")
 ENDS = ("resolved", "rejected", "converged")
 STANCE_KEYS = ("accept", "reject", "silent", "default")
 SELECT_KEYS = ("feasible", "infeasible", "stuck")
+#: what a tally reads, and the edges each way of tallying can take
+TALLY_KEYS = {"points": ("grew", "settled", "empty", "default"), "terms": ("contested", "clear", "default")}
+LOCK_KEYS = ("locked", "empty", "default")
+#: steps that ask nobody: code decides where they lead
+CODE_KINDS = ("select", "tally", "lock")
+KINDS = ("ask", *CODE_KINDS)
+COLLECTS = ("options", "scores", "pieces", "tasks")
+REQUIRES = ("stance", "scores", "pieces", "tasks")
+DEFAULT_MAX_ROUNDS = {"points": 3, "terms": 2}
 DEFAULT_MAX_STEPS = 12
+#: The step vocabulary, as ``mycelium.flow_vocabulary()`` states it for the database's check of a
+#: ``protocols/`` write (a test holds the two equal).
+VOCABULARY: dict[str, Any] = {
+    "groups": list(GROUPS),
+    "ends": list(ENDS),
+    "kinds": list(KINDS),
+    "collect": list(COLLECTS),
+    "require": list(REQUIRES),
+    "edges": {
+        "ask": list(STANCE_KEYS),
+        "select": list(SELECT_KEYS),
+        "tally:points": list(TALLY_KEYS["points"]),
+        "tally:terms": list(TALLY_KEYS["terms"]),
+        "lock": list(LOCK_KEYS),
+    },
+}
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 _ROLE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
@@ -42,6 +67,8 @@ class Step:
     collect: str | None = None
     require: str | None = None
     max_repairs: int = 2
+    of: str | None = None
+    max_rounds: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id}
@@ -64,6 +91,9 @@ class Step:
             out["require"] = self.require
         if self.kind == "select":
             out["max_repairs"] = self.max_repairs
+        if self.kind == "tally":
+            out["of"] = self.of
+            out["max_rounds"] = self.max_rounds
         out["next"] = dict(self.next) if isinstance(self.next, Mapping) else self.next
         return out
 
@@ -100,6 +130,16 @@ class Protocol:
         return yaml.safe_dump(self.as_dict(), sort_keys=False, allow_unicode=True)
 
 
+def _edge_keys(kind: str, of: Any) -> tuple[str, ...]:
+    if kind == "select":
+        return SELECT_KEYS
+    if kind == "tally":
+        return TALLY_KEYS.get(of, ()) if isinstance(of, str) else ()
+    if kind == "lock":
+        return LOCK_KEYS
+    return STANCE_KEYS
+
+
 def _problems_of_step(raw: Mapping[str, Any], roles: tuple[str, ...], i: int) -> list[str]:
     where = f"step {i + 1} ({raw.get('id', '?')})"
     known = {
@@ -114,6 +154,8 @@ def _problems_of_step(raw: Mapping[str, Any], roles: tuple[str, ...], i: int) ->
         "collect",
         "require",
         "max_repairs",
+        "of",
+        "max_rounds",
     }
     out = [f"{where}: unknown field {k!r}" for k in raw if k not in known]
     if not isinstance(raw.get("id"), str) or not _ROLE.match(raw.get("id") or ""):
@@ -126,16 +168,28 @@ def _problems_of_step(raw: Mapping[str, Any], roles: tuple[str, ...], i: int) ->
             out.append(f"{where}: an end step neither addresses anyone nor continues")
         return out
     kind = raw.get("kind", "ask")
-    if kind not in ("ask", "select"):
-        out.append(f"{where}: kind is ask or select, not {kind!r}")
+    if kind not in KINDS:
+        out.append(f"{where}: kind is one of {', '.join(KINDS)}, not {kind!r}")
     to = raw.get("to")
     if kind == "ask" and not (isinstance(to, str) and (to in roles or to in GROUPS)):
         out.append(
             f"{where}: to is a role ({', '.join(roles) or 'none declared'}) or one of "
             f"{', '.join(GROUPS)}, not {to!r}"
         )
+    if kind in CODE_KINDS and any(raw.get(k) is not None for k in ("to", "prompt", "collect", "require")):
+        out.append(f"{where}: a {kind} step asks nobody: it takes no to, prompt, collect or require")
+    of = raw.get("of")
+    if kind == "tally" and of not in TALLY_KEYS:
+        out.append(f"{where}: a tally step reads of: points or of: terms")
+    if kind != "tally" and (of is not None or raw.get("max_rounds") is not None):
+        out.append(f"{where}: of and max_rounds belong to a tally step")
+    max_rounds = raw.get("max_rounds")
+    if max_rounds is not None and (
+        not isinstance(max_rounds, int) or isinstance(max_rounds, bool) or max_rounds < 1
+    ):
+        out.append(f"{where}: max_rounds is a whole number, 1 or more")
     nxt = raw.get("next")
-    allowed = SELECT_KEYS if kind == "select" else STANCE_KEYS
+    allowed = _edge_keys(kind, of)
     if nxt is None:
         out.append(f"{where}: a step that does not end needs next")
     elif isinstance(nxt, Mapping):
@@ -145,8 +199,8 @@ def _problems_of_step(raw: Mapping[str, Any], roles: tuple[str, ...], i: int) ->
                 f"{where}: next branches on {', '.join(allowed)} only "
                 f"(got {', '.join(map(str, bad)) or 'none'})"
             )
-    elif kind == "select":
-        out.append(f"{where}: a select step branches on {', '.join(SELECT_KEYS)}")
+    elif kind in CODE_KINDS:
+        out.append(f"{where}: a {kind} step branches on {', '.join(allowed) or 'its edges'}")
     elif not isinstance(nxt, str):
         out.append(f"{where}: next is a step id or a map of branches")
     if raw.get("wait", "reply") not in ("reply", "none"):
@@ -154,10 +208,12 @@ def _problems_of_step(raw: Mapping[str, Any], roles: tuple[str, ...], i: int) ->
     rounds = raw.get("rounds", 1)
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
         out.append(f"{where}: rounds is a whole number, 1 or more")
-    if raw.get("collect") not in (None, "options", "scores"):
-        out.append(f"{where}: collect is options or scores")
-    if raw.get("require") not in (None, "stance", "scores"):
-        out.append(f"{where}: require is stance or scores")
+    if raw.get("collect") not in (None, *COLLECTS):
+        out.append(f"{where}: collect is one of {', '.join(COLLECTS)}")
+    if raw.get("require") not in (None, *REQUIRES):
+        out.append(f"{where}: require is one of {', '.join(REQUIRES)}")
+    elif raw.get("require") in ("pieces", "tasks") and raw.get("collect") != raw.get("require"):
+        out.append(f"{where}: a step that requires {raw['require']} collects them")
     if not isinstance(raw.get("prompt", ""), str):
         out.append(f"{where}: prompt is text")
     return out
@@ -216,6 +272,10 @@ def parse_protocol(raw: Any, name: str | None = None) -> Protocol:
                     collect=s.get("collect"),
                     require=s.get("require"),
                     max_repairs=int(s.get("max_repairs", 2)),
+                    of=s.get("of"),
+                    max_rounds=(s.get("max_rounds") or DEFAULT_MAX_ROUNDS[s["of"]])
+                    if s.get("kind") == "tally"
+                    else None,
                 )
             )
     ids = [s.get("id") for s in steps_raw if isinstance(s, Mapping)]
@@ -331,7 +391,7 @@ _BUILT_IN: dict[str, dict[str, Any]] = {
                 "id": "suggest",
                 "to": "each",
                 "collect": "options",
-                "prompt": "Suggest one option for: {ask}",
+                "prompt": "{agreed}Suggest one option for: {ask}",
                 "next": "rate",
             },
             {
@@ -371,9 +431,109 @@ _BUILT_IN: dict[str, dict[str, Any]] = {
             {"id": "no_deal", "end": "rejected"},
         ],
     },
+    "swarm": {
+        "description": "A team takes on a task: each member checks in on the row, then the lead splits "
+        "it into child tasks, one per member.",
+        "roles": ["lead"],
+        "max_steps": 6,
+        "steps": [
+            {
+                "id": "check-in",
+                "to": "each",
+                "prompt": "The team ({cast}) takes on {task} ({title}): {ask}\n\nCheck in on {task} in "
+                "two or three sentences: the part you would take and what you need from someone else. "
+                "Do not start the work yet.\n\nSaid so far:\n{replies}",
+                "next": "split",
+            },
+            {
+                "id": "split",
+                "to": "lead",
+                "collect": "tasks",
+                "require": "tasks",
+                "prompt": "Everyone has checked in on {task}: {ask}\n\n{replies}\n\nYou lead. Split {task} "
+                "into child tasks that can be worked at the same time, one line each, naming who takes "
+                "it:\n\n"
+                "[[new: <title> -> @<member>]]\n\nThe conductor files them on the board as part of {task}.",
+                "next": "done",
+            },
+            {"id": "done", "end": "resolved"},
+        ],
+    },
+    "accord": {
+        "description": "Get on the same page: everyone labels what the task is, the points are merged "
+        "(equal or similar text folds), the words and checks are gathered, and the shared summary, "
+        "with what is still open, is saved as context/summary/<task>.",
+        "roles": [],
+        "max_steps": 16,
+        "steps": [
+            {
+                "id": "frame",
+                "to": "all",
+                "collect": "pieces",
+                "require": "pieces",
+                "prompt": "{agreed}Before we start on {title}: {ask}\n\nSay what you understand the task "
+                "to be, one point a line, each starting with its label:\n\n"
+                "[[mycelium: objective]] what it is for\n"
+                "[[mycelium: constraint]] a limit the work respects\n"
+                "[[mycelium: assumption]] what you take as given\n"
+                "[[mycelium: sub_goal]] a part of the work\n"
+                "[[mycelium: deliverable]] what is handed over\n"
+                "[[mycelium: out_of_scope]] what the task does not include\n\n"
+                "Five points at most; add about=<subject> to say what a point is about.",
+                "next": "added",
+            },
+            {
+                "id": "added",
+                "kind": "tally",
+                "of": "points",
+                "max_rounds": 3,
+                "next": {"grew": "more", "settled": "ground", "empty": "nothing"},
+            },
+            {
+                "id": "more",
+                "to": "all",
+                "collect": "pieces",
+                "prompt": "The points on {title} so far:\n\n{frame}\n\nIs something important missing? "
+                "Add it on its own labelled line, two at most; otherwise say so in a few words, "
+                "with no label.",
+                "next": "added",
+            },
+            {
+                "id": "ground",
+                "to": "all",
+                "collect": "pieces",
+                "prompt": "The points on {title}:\n\n{frame}\n\nSay what you mean by any word you use in a "
+                "specific sense, and how you would check the points:\n\n"
+                "[[mycelium: term=<word>]] what you mean by it\n"
+                "[[mycelium: check covers=p1,p2]] how you would confirm them\n\n"
+                "Nothing to add: say so in a few words.",
+                "next": "words",
+            },
+            {
+                "id": "words",
+                "kind": "tally",
+                "of": "terms",
+                "max_rounds": 2,
+                "next": {"contested": "restate", "clear": "lock"},
+            },
+            {
+                "id": "restate",
+                "to": "contested",
+                "collect": "pieces",
+                "prompt": "Some words are used in different senses:\n\n{terms}\n\nSay again what you mean by "
+                "each word you defined, with [[mycelium: term=<word>]]; keep your meaning if you need it.",
+                "next": "words",
+            },
+            {"id": "lock", "kind": "lock", "next": {"locked": "locked", "empty": "nothing"}},
+            {"id": "locked", "end": "resolved"},
+            {"id": "nothing", "end": "rejected"},
+        ],
+    },
 }
 
-BUILT_IN: dict[str, Protocol] = {name: parse_protocol(spec, name) for name, spec in _BUILT_IN.items()}
+#: the built-ins in the order they are listed (upstream's)
+BUILT_IN_ORDER = ("gated", "review", "fan-out", "round-robin", "swarm", "concord", "accord")
+BUILT_IN: dict[str, Protocol] = {name: parse_protocol(_BUILT_IN[name], name) for name in BUILT_IN_ORDER}
 
 
 def catalogue(room_flows: Mapping[str, Protocol]) -> dict[str, Protocol]:

@@ -28,7 +28,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from mycelium.engines import conductor, persona
+from mycelium.embed import Embedder
+from mycelium.engines import accord, conductor, persona
 from mycelium.engines.aligner import worker as aligner
 from mycelium.engines.flows import BUILT_IN, FlowError, Protocol, catalogue, parse_protocol
 from mycelium.engines.models import model_from_env
@@ -65,8 +66,16 @@ def engine(handle: str) -> Actor:
 class EngineWorker:
     """The state of one process's engines loop: who it is and the verbs it calls."""
 
-    def __init__(self, verbs: Verbs, kinds: list[str], lease_seconds: float, step_timeout: float) -> None:
+    def __init__(
+        self,
+        verbs: Verbs,
+        kinds: list[str],
+        lease_seconds: float,
+        step_timeout: float,
+        embedder: Embedder | None = None,
+    ) -> None:
         self.verbs = verbs
+        self.embedder = embedder
         self.kinds = kinds
         self.lease = lease_seconds
         self.step_timeout = step_timeout
@@ -86,7 +95,9 @@ class EngineWorker:
         )
         for s in rows:
             try:
-                if s["kind"] == "conductor":
+                if s["outcome"] == "failed":  # the database gave it up: every attempt failed
+                    await self.summon_failed(s, None)
+                elif s["kind"] == "conductor":
                     await self.conduct(s)
                 elif s["kind"] == "synthesizer":
                     await synthesis.answer(self.verbs, self.model, self.id, s)
@@ -96,8 +107,22 @@ class EngineWorker:
                     await self.play(s)
             except Refusal as r:
                 if r.error != "summon_not_held":
-                    raise
+                    await self.summon_failed(s, f"{r.error}: {r.message}")
+            except Exception as exc:  # one summon that breaks its answer never stalls the others
+                log.exception("summon %s in %s failed", s["id"], s["room"])
+                await self.summon_failed(s, f"{type(exc).__name__}: {exc}")
         return len(rows)
+
+    async def summon_failed(self, s: Mapping[str, Any], error: str | None) -> None:
+        """Record a failed attempt: the summon is tried again later, or, its attempts used up,
+        closed as failed with the error said in its thread (the database decides which)."""
+        try:
+            await self.verbs.call(
+                engine(s["engine"]), "summon_failed", room=s["room"], id=s["id"], worker=self.id, error=error
+            )
+        except Refusal as r:
+            if r.error != "summon_not_held":
+                raise
 
     async def answer(self, s: Mapping[str, Any], text: str, outcome: str = "answered", **extra: Any) -> None:
         await self.verbs.call(
@@ -155,6 +180,7 @@ class EngineWorker:
                 row["key"] if row else "",
                 row["title"] if row else "",
                 self.step_timeout,
+                await self.agreed(s["room"], row["key"]) if row else "",
             )
         except conductor.CannotRun as exc:
             await self.answer(s, str(exc), "refused")
@@ -175,6 +201,16 @@ class EngineWorker:
             if r.status not in (409, 422) or r.error == "summon_not_held":
                 raise
             await self.answer(s, r.message, "refused")
+
+    async def agreed(self, room: str, task: str) -> str:
+        """The task's shared summary (accord's), which later runs on the task are shown."""
+        try:
+            got = await self.verbs.call(NOBODY, "get_memory", room=room, key=accord.summary_key(task))
+        except Refusal as r:
+            if r.error != "memory_not_found":
+                raise
+            return ""
+        return str(got["body"] or "")
 
     async def play(self, s: Mapping[str, Any]) -> None:
         ctx = await self.verbs.call(
@@ -228,8 +264,9 @@ class EngineWorker:
             run["asked_position"] is not None,
             run["pending"] or {},
         )
+        vectors = await self.vectors(state.pending, replies)
         try:
-            move = conductor.advance(run["flow"], state, replies, run["expired"], run["short_id"])
+            move = conductor.advance(run["flow"], state, replies, run["expired"], run["short_id"], vectors)
         except Exception as exc:  # a flow the conductor cannot walk: the run fails, on the record
             log.exception("run %s cannot move", run["short_id"])
             move = conductor.failed(run["flow"], f"{type(exc).__name__}: {exc}")
@@ -257,6 +294,22 @@ class EngineWorker:
         )
         return True
 
+    async def vectors(
+        self, pending: Mapping[str, Any], replies: list[conductor.Reply]
+    ) -> dict[str, list[float]] | None:
+        """The embeddings a merge of labelled pieces may compare ({} when there is nothing to
+        compare, None when the hub has no model or it failed: then only equal text folds)."""
+        texts = accord.texts_for(pending, [(r.payload, r.text) for r in replies])
+        if not texts:
+            return {}
+        if self.embedder is None:
+            return None
+        try:
+            return dict(zip(texts, await self.embedder.aembed(texts), strict=True))
+        except Exception:
+            log.exception("the embedder failed; only equal text folds")
+            return None
+
     async def release(self) -> None:
         await self.verbs.call(NOBODY, "release_engine_runs", worker=self.id)
 
@@ -268,6 +321,7 @@ async def run_engines(ctx: LoopContext) -> None:
         kinds_from_env(),
         _float_env("MYCELIUM_ENGINE_LEASE_SECONDS", 15.0),
         _float_env("MYCELIUM_CONDUCTOR_STEP_TIMEOUT_S", conductor.STEP_TIMEOUT_SECONDS),
+        hub.embedder,
     )
     wakes = hub.wakes
     await wakes.listen("mycelium_messages")
