@@ -17,14 +17,6 @@ SELECT coalesce((SELECT jsonb_agg(t.entry ORDER BY t.turn) FROM mycelium.engine_
                  AND ro.members = ARRAY(SELECT jsonb_array_elements_text(r.flow -> 'cast'))) AS roster_intact
 FROM mycelium.engine_runs r WHERE r.room = :room AND r.id = :run
 
--- name: negotiation_step
--- returns: row
--- one move of a negotiation: engine_step, with the agreement a converged close carries
-SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints
-FROM mycelium.engine_step(mycelium.acting(:room, :actor, :actor_kind, :defer_wakes), :run, :worker, :seq,
-                          :trace, :posts, :step, :waiting, :wait_seconds, :pending, :speakers, :close,
-                          :reason, :outcome_text, :metrics, :memory, :assignments) r
-
 -- name: team_prior
 -- returns: row
 -- the team prior a converged negotiation on this topic left (l9/rule_update/<topic>), if any

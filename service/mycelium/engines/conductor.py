@@ -202,6 +202,8 @@ class Move:
     outcome_text: str | None = None
     metrics: dict[str, Any] | None = None
     memory: list[dict[str, Any]] = field(default_factory=list)
+    assignments: dict[str, str] | None = None
+    """The agreement a converged close carries (a negotiation's); None otherwise."""
 
 
 def _stance(step: Step, a: Mapping[str, Any]) -> str:

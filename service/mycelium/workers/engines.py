@@ -272,6 +272,12 @@ class EngineWorker:
             move = conductor.failed(run["flow"], f"{type(exc).__name__}: {exc}")
         if move is None:
             return False
+        await self.apply(run, move)
+        return True
+
+    async def apply(self, run: Mapping[str, Any], move: conductor.Move) -> None:
+        """One move of a run, a flow's or a negotiation's: ``engine_step``, compared and swapped on
+        the run's seq and this worker's lease."""
         await self.verbs.call(
             engine(run["engine"]),
             "engine_step",
@@ -291,8 +297,8 @@ class EngineWorker:
             outcome_text=move.outcome_text,
             metrics=move.metrics,
             memory=move.memory or None,
+            assignments=move.assignments,
         )
-        return True
 
     async def vectors(
         self, pending: Mapping[str, Any], replies: list[conductor.Reply]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from mycelium.core.mentions import TOKEN_PATTERN, loud_mentions
@@ -40,11 +39,6 @@ HOW_TO_ANSWER = (
 _MENTION = re.compile(TOKEN_PATTERN)
 
 PriorReader = Callable[[str], Awaitable[Mapping[str, Any] | None]]
-
-
-@dataclass
-class NegotiationMove(Move):
-    assignments: dict[str, str] | None = None
 
 
 # ── the summon ──────────────────────────────────────────────────────────────
@@ -117,7 +111,7 @@ class Negotiation:
         self.read_prior = read_prior
         self.replayer = replayer or Replayer(0)
         self.key = (run["room"], run["id"])
-        self.move = NegotiationMove(pending=dict(run["pending"] or {}))
+        self.move = Move(pending=dict(run["pending"] or {}))
         self.n_steps = int(self.flow.get("n_steps", N_STEPS))
 
     @property
@@ -386,7 +380,7 @@ async def advance(
     model: Model | None,
     read_prior: PriorReader,
     replayer: Replayer | None = None,
-) -> NegotiationMove | None:
+) -> Move | None:
     """The negotiation's next move, or None while the member it waits for may still answer
     (``replayer``: this process's mechanisms, to spare replaying a log it already holds)."""
     n = Negotiation(run, moves, model, read_prior, replayer)
@@ -410,12 +404,12 @@ async def advance(
     return n.move
 
 
-def failed(flow: Mapping[str, Any], error: str) -> NegotiationMove:
+def failed(flow: Mapping[str, Any], error: str) -> Move:
     """The move that closes a negotiation the aligner cannot go on with, said in the thread."""
     text = f"✗ negotiate: the aligner could not go on ({error}); the negotiation is closed as failed."
     line = {"event": "close", "protocol": NAME, "outcome": "failed", "reason": error}
     payload = {"within": flow.get("task"), "aligner": line, "metadata": {"aligner": line}}
-    return NegotiationMove(
+    return Move(
         posts=[{"event": "close", "content": neutralise(text), "kind": "commit", "subkind": "rejected",
                 "payload_type": "consensus", "payload": payload}],
         close="failed",

@@ -111,27 +111,7 @@ async def step(w: EngineWorker, run: Mapping[str, Any]) -> bool:
     if move is None:
         return False
     try:
-        await w.verbs.call(
-            Actor(run["engine"], "engine"),
-            "negotiation_step",
-            room=room,
-            run=run["id"],
-            worker=w.id,
-            seq=run["seq"],
-            trace=move.trace,
-            posts=move.posts,
-            step=move.step,
-            waiting=move.waiting,
-            wait_seconds=move.wait_seconds,
-            pending=move.pending,
-            speakers=move.speakers,
-            close=move.close,
-            reason=move.reason,
-            outcome_text=move.outcome_text,
-            metrics=move.metrics,
-            memory=move.memory or None,
-            assignments=move.assignments,
-        )
+        await w.apply(run, move)
     except Refusal as r:
         if r.error != "not_in_roster":
             raise
