@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ANSWERS: dict[str, dict[str, str]] = {
     "nova": {
@@ -87,6 +87,45 @@ def _wait_closed(env: dict[str, str], count: int, timeout: float = 120.0) -> lis
     raise TimeoutError(f"the run did not close in time: {json.dumps(runs, default=str)[:3000]}")
 
 
+def _start_hub(folder: Path, port: int, env: dict[str, str], log: IO[str]) -> subprocess.Popen[bytes]:
+    """`mycelium up` on an embedded database in ``folder``, once its /health answers."""
+    import httpx
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mycelium.cli.main", "up", "--port", str(port), "--data-dir",
+         str(folder / "data"), "--no-mirror"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError("the hub did not start:\n" + (folder / "hub.log").read_text())
+        time.sleep(0.2)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]], log: IO[str], folder: Path, keep: bool) -> None:
+    """The demo's processes stopped (the hub last), its log closed, its folder removed unless kept."""
+    for p in reversed(procs):
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    log.close()
+    if keep:
+        print(f"kept {folder}")
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def run(keep: bool = False) -> int:
     folder = Path(tempfile.mkdtemp(prefix="mycelium-flow-demo-"))
     port = _free_port()
@@ -104,36 +143,7 @@ def run(keep: bool = False) -> int:
     log = open(folder / "hub.log", "w")  # noqa: SIM115 - closed below
     try:
         print(f"starting a hub with an embedded database in {folder} …", flush=True)
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "mycelium.cli.main",
-                    "up",
-                    "--port",
-                    str(port),
-                    "--data-dir",
-                    str(folder / "data"),
-                    "--no-mirror",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        )
-        import httpx
-
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or procs[0].poll() is not None:
-                raise RuntimeError("the hub did not start:\n" + (folder / "hub.log").read_text())
-            time.sleep(0.2)
+        procs.append(_start_hub(folder, port, env, log))
         _cli(env, "room", "create", "demo")
         _cli(env, "engine", "create", "conductor", "--kind", "conductor")
         task = _cli(env, "board", "new", "Launch the pricing page", "--json")
@@ -187,18 +197,7 @@ def run(keep: bool = False) -> int:
         print(f"\nsaved decision context/decision/launch-the-pricing-page: {decision['value'].get('text')}")
         return 0
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-        log.close()
-        if keep:
-            print(f"kept {folder}")
-        else:
-            shutil.rmtree(folder, ignore_errors=True)
+        _stop(procs, log, folder, keep)
 
 
 if __name__ == "__main__":

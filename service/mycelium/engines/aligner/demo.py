@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from mycelium.engines.demo import _cli, _free_port, _wait_closed
+from mycelium.engines.demo import _cli, _free_port, _start_hub, _stop, _wait_closed
 
 ANSWERS: dict[str, dict[str, str]] = {
     "alice": {
@@ -54,28 +53,6 @@ def member(handle: str) -> int:
     answer = ANSWERS.get(handle, {}).get(step, "[[mycelium: reject]]")
     print(answer)
     return 0
-
-
-def _start_hub(folder: Path, port: int, env: dict[str, str], log: object) -> subprocess.Popen[bytes]:
-    import httpx
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mycelium.cli.main", "up", "--port", str(port), "--data-dir",
-         str(folder / "data"), "--no-mirror"],
-        stdout=log,  # type: ignore[arg-type]
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError("the hub did not start:\n" + (folder / "hub.log").read_text())
-        time.sleep(0.2)
 
 
 def run(keep: bool = False) -> int:
@@ -140,18 +117,7 @@ def run(keep: bool = False) -> int:
         print(f"\n{record['value'].get('text')}")
         return 0 if detail["outcome"] == "converged" else 1
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-        log.close()
-        if keep:
-            print(f"kept {folder}")
-        else:
-            shutil.rmtree(folder, ignore_errors=True)
+        _stop(procs, log, folder, keep)
 
 
 if __name__ == "__main__":
