@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from tests.engines.conftest import engines_hub, eventually, make_task  # noqa: F401 (fixtures, helpers)
-from tests.workers.conftest import WorkerProcess
+from tests.workers.conftest import worker_processes
 
 CAST = ["julia", "nova"]
 
@@ -84,16 +84,5 @@ def script(tmp_path: Path, rules: list[dict], name: str = "model.json") -> str:
 @pytest.fixture
 def compile_workers(db_dsn: str, tmp_path: Path) -> Iterator:
     """`mycelium worker --only compile` processes on this test's database (killed at the end)."""
-    procs: list[WorkerProcess] = []
-
-    def start(**env: str) -> WorkerProcess:
-        w = WorkerProcess(data_dir=tmp_path / f"w{len(procs)}", database_url=db_dsn, extra=["--only", "compile"],
-                          env={"MYCELIUM_MIGRATE_ON_START": "false", "MYCELIUM_MODEL_SCRIPT": "",
-                               "MYCELIUM_LLM_URL": "", "MYCELIUM_PI_MODEL": "", **env})
-        procs.append(w)
-        return w
-
-    yield start
-    for w in procs:
-        if w.proc.poll() is None:
-            w.kill()
+    yield from worker_processes(db_dsn, tmp_path, "compile",
+                                {"MYCELIUM_MODEL_SCRIPT": "", "MYCELIUM_LLM_URL": "", "MYCELIUM_PI_MODEL": ""})

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from tests.conversations.conftest import hub_process  # noqa: F401 (`mycelium up` processes)
-from tests.workers.conftest import WorkerProcess
+from tests.workers.conftest import worker_processes
 
 Rule = Callable[[str], str | None]
 
@@ -128,22 +128,7 @@ async def engines_hub(db_dsn: str, settings_for, monkeypatch) -> AsyncIterator[C
 @pytest.fixture
 def engine_workers(db_dsn: str, tmp_path: Path):
     """`mycelium worker --only engines` processes on this test's database (killed at the end)."""
-    procs: list[WorkerProcess] = []
-
-    def start(**env: str) -> WorkerProcess:
-        w = WorkerProcess(
-            data_dir=tmp_path / f"w{len(procs)}",
-            database_url=db_dsn,
-            extra=["--only", "engines"],
-            env={"MYCELIUM_MIGRATE_ON_START": "false", **env},
-        )
-        procs.append(w)
-        return w
-
-    yield start
-    for w in procs:
-        if w.proc.poll() is None:
-            w.kill()
+    yield from worker_processes(db_dsn, tmp_path, "engines", {})
 
 
 async def run_of(conn: asyncpg.Connection, room: str, episode: str) -> asyncpg.Record | None:

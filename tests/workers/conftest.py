@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import asyncpg
@@ -37,6 +37,25 @@ class WorkerProcess(CliProcess):
                 raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.log.read_text()}")
             time.sleep(0.05)
         raise TimeoutError(f"worker not ready:\n{self.log.read_text()}")
+
+
+def worker_processes(db_dsn: str, tmp_path: Path, loop: str, base_env: dict[str, str]
+                     ) -> Iterator[Callable[..., WorkerProcess]]:
+    """A fixture's body: start ``mycelium worker --only <loop>`` processes on the test's database
+    (``start(**env)``, each with ``base_env`` and then ``env``); every one still running is killed at
+    the end."""
+    procs: list[WorkerProcess] = []
+
+    def start(**env: str) -> WorkerProcess:
+        w = WorkerProcess(data_dir=tmp_path / f"w{len(procs)}", database_url=db_dsn, extra=["--only", loop],
+                          env={"MYCELIUM_MIGRATE_ON_START": "false", **base_env, **env})
+        procs.append(w)
+        return w
+
+    yield start
+    for w in procs:
+        if w.proc.poll() is None:
+            w.kill()
 
 
 async def lock_holders(conn: asyncpg.Connection, lock: str) -> list[str]:
