@@ -7,8 +7,8 @@ noise hits every variant alike; each figure is the median of the rounds:
   and the same with the UPDATE also moving one shared row (the shape of one receipt chain, one agent
   and lane: every cycle's second commit waits for the previous one's);
 * the gate alone: ``mycelium.claim_transition`` + ``mycelium.complete`` called directly (8 conns),
-  with receipts (always on) for one agent and for one agent per worker, and once more with the receipt
-  trigger switched off (bench database only) to show what the receipt chains cost;
+  with receipts (always on) for one agent and for one agent per worker, and once more with the guard's
+  update trigger switched off (bench database only: no receipts) to show what the receipt chains cost;
 * the SDK: ``@ledger`` (async, 8 concurrent tasks, one pool) and ``@ledger_sync`` (8 threads) around
   a no-op KEYED_MUTATE tool, receipts on;
 * upstream: mycelium-runtime's ``PostgresLedgerStorage`` through ``@ledger_sync`` with the same
@@ -77,7 +77,7 @@ RAW_UPDATE_CHAIN = (
 )
 # called as the SDK calls them: in the select list (no function scan)
 VERB_CLAIM = "SELECT (mycelium.claim_transition($1, $1, 'noop', $2, 'keyed_mutate', $3, 'v1')).action"
-VERB_COMPLETE = "SELECT (mycelium.complete($1, $2, 1, NULL)).request_id"
+VERB_COMPLETE = "SELECT mycelium.complete_ack($1, $2, 1, NULL)"
 
 
 class CpuProbe:
@@ -531,10 +531,12 @@ def storm(dsn: str) -> dict[str, float]:
 
 
 async def set_receipts(dsn: str, on: bool) -> None:
+    """Switch the guard's update trigger, which appends the receipts, off or on again (bench database
+    only): off shows what the receipt chains and the update's checks cost together."""
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(
-            f"ALTER TABLE mycelium.transitions {'ENABLE' if on else 'DISABLE'} TRIGGER transitions_receipt"
+            f"ALTER TABLE mycelium.transitions {'ENABLE' if on else 'DISABLE'} TRIGGER transitions_guard"
         )
     finally:
         await conn.close()
@@ -944,7 +946,7 @@ def main() -> int:
             f"{med['gate_8_agents'] / med['raw']:.0%} of raw ({by_cpu('gate_8_agents', 'raw')} by CPU)",
         ),
         row(
-            "the gate alone, receipt trigger off (bench only)",
+            "the gate alone, update guard off: no receipts (bench only)",
             "gate_no_receipts",
             f"{med['gate_no_receipts'] / med['raw']:.0%} of raw ({by_cpu('gate_no_receipts', 'raw')} by CPU)",
         ),
@@ -990,7 +992,7 @@ def main() -> int:
         f"{ours_best[0]:,.0f} µs ({ours_best[1]}), upstream {peer_best[0]:,.0f} µs ({peer_best[1]}): "
         f"**{peer_best[0] / ours_best[0]:.2f}×** less CPU per cycle. The gate with receipts on: "
         f"{med['gate'] / med['raw']:.0%} of the raw limit's rate, **{by_cpu('gate', 'raw')}** of it by CPU per "
-        f"cycle (receipt trigger off: {by_cpu('gate_no_receipts', 'raw')})."
+        f"cycle (update guard and receipts off: {by_cpu('gate_no_receipts', 'raw')})."
         if ours_best and peer_best else ""
     )
     storm_line = (

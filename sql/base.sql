@@ -263,7 +263,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('hold_floor', 'write'), ('release_floor', 'write'), ('freeze_roster', 'write'), ('thaw_roster', 'write'),
     -- transitions and receipts
     ('claim_transition', 'write'), ('renew_lease', 'write'), ('advance_boundary', 'write'),
-    ('record_external_operation', 'write'), ('complete', 'write'), ('fail', 'write'),
+    ('record_external_operation', 'write'), ('complete', 'write'), ('complete_ack', 'write'), ('fail', 'write'),
     ('mark_unknown', 'write'), ('mark_blocked', 'write'), ('repair', 'write'),
     ('apply_reconcile_result', 'write'), ('release', 'write'), ('mark_worker_dead', 'write'),
     ('register_receipt_key', 'write'), ('retire_receipt_keys', 'write'), ('sign_receipts', 'write'),

@@ -9,9 +9,10 @@
 --     preimage, so the lane count can change later without breaking a chain, and a receipt cannot be
 --     moved to another lane unnoticed;
 --   * a receipt is appended by the database in the statement that makes a transition terminal (or
---     releases it), so no terminal outcome exists without its receipt. The guard mints the receipt's
---     id into the row (receipt_ref) and an AFTER trigger appends it once the row itself is written, so
---     the chain's lock is taken as late as possible and held only through the commit;
+--     releases it), so no terminal outcome exists without its receipt: the transitions' guard trigger
+--     (transitions.sql), which runs on every write however it is made, inserts it and points the row
+--     at it (receipt_ref). The chain's lock is taken there, in the verb's last statement, and held
+--     through the commit;
 --   * each chain is computed here on insert: hash = sha256(prev_hash_hex || '\n' || preimage), where
 --     the preimage is a length-prefixed rendering of the receipt's fields (receipt_preimage below;
 --     mycelium/ledger/receipts.py renders the same bytes offline);
@@ -31,7 +32,7 @@ CREATE DOMAIN mycelium.receipt_lane AS smallint CHECK (VALUE >= 0);
 
 -- The lane of a request id: RECEIPT_LANES = 32 (a power of two: the hash's low five bits). Raising it
 -- later is safe: receipts already written keep their stored lane, and a release finds the lane of the
--- transition's earlier receipt (transitions_receipt).
+-- transition's earlier receipt (transitions_guard).
 CREATE OR REPLACE FUNCTION mycelium.receipt_lane_of(p_request_id text) RETURNS smallint LANGUAGE sql IMMUTABLE AS $$
   SELECT (hashtextextended(p_request_id, 0) & 31)::smallint
 $$;
@@ -217,41 +218,15 @@ CREATE OR REPLACE TRIGGER receipt_signatures_append_only BEFORE UPDATE OR DELETE
 CREATE OR REPLACE TRIGGER receipt_signatures_no_truncate BEFORE TRUNCATE ON mycelium.receipt_signatures
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.receipts_append_only();
 
--- Every terminal transition and every release appends a receipt, in the statement that makes it: the
--- guard (transitions_guard) minted the receipt's id into receipt_ref, and this AFTER trigger fires
--- once the row is written, so the chain's lock is taken at the end of the statement. The lane is the
--- request id's; a receipt that follows an earlier one of the same attempt (a release after the
--- outcome: receipt_ref still names it) takes that receipt's lane, so one transition's receipts share a
--- lane even if the lane count changed in between.
-CREATE OR REPLACE FUNCTION mycelium.transitions_receipt() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-  released boolean := NEW.operator_resolution IS NOT NULL
-                      AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution;
-  lane smallint;
+-- Receipts were once appended by an AFTER trigger of their own (transitions_receipt); the guard
+-- appends them now. A database migrated from scratch re-creates that trigger from an older
+-- revision's code in the same transaction as this file, so it is dropped here by name.
+DO $$
 BEGIN
-  IF OLD.receipt_ref IS NOT NULL THEN
-    SELECT r.lane INTO lane FROM mycelium.receipts r WHERE r.id = substr(OLD.receipt_ref, 6)::bigint;
-  END IF;
-  INSERT INTO mycelium.receipts (
-    id, agent_id, lane, seq, kind, action, request_id, transition_key, side_effect_class, policy_version,
-    inputs_hash, outputs_hash, outcome, boundary, fence, external_operation_ref, error, verified,
-    resolved_by, resolution_reason, started_at, finished_at, hash)
-  OVERRIDING SYSTEM VALUE
-  VALUES (
-    substr(NEW.receipt_ref, 6)::bigint, NEW.agent_id, lane, 1,  -- no earlier receipt: the BEFORE trigger's lane
-    CASE WHEN released THEN 'release' ELSE NEW.kind END, NEW.tool,
-    NEW.request_id, NEW.transition_key, NEW.side_effect_class, NEW.policy_version, NEW.args_hash,
-    CASE WHEN NEW.result IS NOT NULL THEN encode(sha256(convert_to(NEW.result::text, 'UTF8')), 'hex') END,
-    NEW.terminal_outcome, NEW.side_effect_boundary, NEW.fence, NEW.external_operation_ref, NEW.error,
-    CASE WHEN released THEN NEW.operator_resolution END,
-    CASE WHEN released THEN NEW.resolved_by END, CASE WHEN released THEN NEW.resolution_reason END,
-    NEW.started_at, NEW.finished_at, '\x');
-  RETURN NULL;
+  DROP TRIGGER IF EXISTS transitions_receipt ON mycelium.transitions;
+  DROP FUNCTION IF EXISTS mycelium.transitions_receipt();
 END
 $$;
-CREATE OR REPLACE TRIGGER transitions_receipt AFTER UPDATE ON mycelium.transitions
-  FOR EACH ROW WHEN (NEW.receipt_ref IS DISTINCT FROM OLD.receipt_ref AND NEW.receipt_ref IS NOT NULL)
-  EXECUTE FUNCTION mycelium.transitions_receipt();
 
 -- ---------------------------------------------------------------------------------------------
 -- Keys and signatures (written by the hub, which holds the private key).

@@ -172,6 +172,8 @@ $$;
 CREATE OR REPLACE FUNCTION mycelium.transitions_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   verb text;
+  released boolean;
+  lane smallint;  -- NULL: the receipts' trigger takes the request id's lane
 BEGIN
   -- (every expression evaluated here is compiled again in every transaction, a few microseconds each:
   -- the common writes, a claim's insert and an update within one in-flight fence that sets updated_at
@@ -230,11 +232,49 @@ BEGIN
       END IF;
       NEW.updated_at := now();
     END IF;
-    -- a receipt is due when the row becomes terminal or is released: mint its id here; the AFTER
-    -- trigger transitions_receipt (receipts.sql) appends it once the row is written
-    IF (NEW.terminal_outcome <> 'IN_FLIGHT' AND NEW.terminal_outcome <> OLD.terminal_outcome)
-       OR (NEW.operator_resolution IS NOT NULL AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution) THEN
-      NEW.receipt_ref := 'rcpt-' || nextval('mycelium.receipts_id_seq')::text;
+    -- a receipt is due when the row becomes terminal or is released: it is appended here, in the
+    -- statement that makes the row so, and the row points at it (receipt_ref). The receipt carries the
+    -- row as it will be written (this is the only BEFORE trigger, and it has set every column). The lane
+    -- is the request id's; a receipt that follows an earlier one of the same attempt (a release after
+    -- the outcome: receipt_ref still names it) takes that receipt's lane, so one transition's receipts
+    -- share a lane even if the lane count changed in between. The chain itself is computed by the
+    -- receipts' own trigger (receipts.sql), whoever inserts.
+    IF NEW.terminal_outcome <> 'IN_FLIGHT' AND NEW.terminal_outcome <> OLD.terminal_outcome
+       AND NEW.operator_resolution IS NOT DISTINCT FROM OLD.operator_resolution THEN
+      -- the common case (an outcome): no release fields
+      IF OLD.receipt_ref IS NOT NULL THEN
+        SELECT r.lane INTO lane FROM mycelium.receipts r WHERE r.id = substr(OLD.receipt_ref, 6)::bigint;
+      END IF;
+      INSERT INTO mycelium.receipts (
+        agent_id, lane, seq, kind, action, request_id, transition_key, side_effect_class, policy_version,
+        inputs_hash, outputs_hash, outcome, boundary, fence, external_operation_ref, error, started_at,
+        finished_at, hash)
+      VALUES (
+        NEW.agent_id, lane, 1, NEW.kind, NEW.tool, NEW.request_id, NEW.transition_key, NEW.side_effect_class,
+        NEW.policy_version, NEW.args_hash,
+        CASE WHEN NEW.result IS NOT NULL THEN encode(sha256(convert_to(NEW.result::text, 'UTF8')), 'hex') END,
+        NEW.terminal_outcome, NEW.side_effect_boundary, NEW.fence, NEW.external_operation_ref, NEW.error,
+        NEW.started_at, NEW.finished_at, '\x')
+      RETURNING receipt_id INTO NEW.receipt_ref;
+    ELSIF (NEW.terminal_outcome <> 'IN_FLIGHT' AND NEW.terminal_outcome <> OLD.terminal_outcome)
+          OR (NEW.operator_resolution IS NOT NULL AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution) THEN
+      released := NEW.operator_resolution IS NOT NULL AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution;
+      IF OLD.receipt_ref IS NOT NULL THEN
+        SELECT r.lane INTO lane FROM mycelium.receipts r WHERE r.id = substr(OLD.receipt_ref, 6)::bigint;
+      END IF;
+      INSERT INTO mycelium.receipts (
+        agent_id, lane, seq, kind, action, request_id, transition_key, side_effect_class, policy_version,
+        inputs_hash, outputs_hash, outcome, boundary, fence, external_operation_ref, error, verified,
+        resolved_by, resolution_reason, started_at, finished_at, hash)
+      VALUES (
+        NEW.agent_id, lane, 1, CASE WHEN released THEN 'release' ELSE NEW.kind END, NEW.tool,
+        NEW.request_id, NEW.transition_key, NEW.side_effect_class, NEW.policy_version, NEW.args_hash,
+        CASE WHEN NEW.result IS NOT NULL THEN encode(sha256(convert_to(NEW.result::text, 'UTF8')), 'hex') END,
+        NEW.terminal_outcome, NEW.side_effect_boundary, NEW.fence, NEW.external_operation_ref, NEW.error,
+        CASE WHEN released THEN NEW.operator_resolution END,
+        CASE WHEN released THEN NEW.resolved_by END, CASE WHEN released THEN NEW.resolution_reason END,
+        NEW.started_at, NEW.finished_at, '\x')
+      RETURNING receipt_id INTO NEW.receipt_ref;
     ELSIF NEW.fence = OLD.fence THEN
       NEW.receipt_ref := OLD.receipt_ref;
     END IF;
@@ -272,8 +312,19 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE OR REPLACE TRIGGER transitions_guard BEFORE INSERT OR UPDATE OR DELETE ON mycelium.transitions
+CREATE OR REPLACE TRIGGER transitions_guard BEFORE UPDATE OR DELETE ON mycelium.transitions
   FOR EACH ROW EXECUTE FUNCTION mycelium.transitions_guard();
+-- An insert calls the guard unless the row is one it would pass unchanged: written by a verb, the
+-- fence, creation and update times as the guard sets them, no receipt, in flight and unreleased (then
+-- no consistency rule can fail). A claim's insert is such a row; the condition, evaluated by the
+-- executor, costs a fraction of a call into the trigger function. Anything unknown (a NULL) calls it.
+CREATE OR REPLACE TRIGGER transitions_guard_insert BEFORE INSERT ON mycelium.transitions
+  FOR EACH ROW WHEN (NOT coalesce(
+    coalesce(current_setting('mycelium.transition_verb', true), '') <> ''
+    AND NEW.fence = 1 AND NEW.created_at = now() AND NEW.updated_at = now() AND NEW.receipt_ref IS NULL
+    AND NEW.terminal_outcome = 'IN_FLIGHT' AND NEW.finished_at IS NULL AND NEW.operator_resolution IS NULL,
+    false))
+  EXECUTE FUNCTION mycelium.transitions_guard();
 
 CREATE OR REPLACE FUNCTION mycelium.transitions_no_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -666,12 +717,13 @@ END
 $$;
 
 -- p_result_text: the same result as the caller's JSON text (a redispatch returns it with its keys in
--- their order; jsonb keeps them sorted).
-CREATE OR REPLACE FUNCTION mycelium.complete(
+-- their order; jsonb keeps them sorted). complete_ack is the verb; it returns the request id only
+-- (the SDK needs nothing else, and a RETURNING of the whole row is built column by column on every
+-- call); complete() returns the completed row.
+CREATE OR REPLACE FUNCTION mycelium.complete_ack(
   p_request_id text, p_owner text, p_fence bigint, p_result jsonb DEFAULT NULL, p_result_text text DEFAULT NULL
-) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
+) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
-  t mycelium.transitions;
   marked text;
 BEGIN
   marked := set_config('mycelium.transition_verb', 'complete', true);
@@ -679,12 +731,23 @@ BEGIN
     terminal_outcome = 'COMPLETED', side_effect_boundary = 'crossed', effect_phase = 'COMMITTED',
     result = p_result, result_text = p_result_text, error = NULL, lease_until = NULL, finished_at = now(),
     updated_at = now()
-  WHERE request_id = p_request_id AND owner = p_owner AND fence = p_fence AND terminal_outcome = 'IN_FLIGHT'
-  RETURNING * INTO t;
+  WHERE request_id = p_request_id AND owner = p_owner AND fence = p_fence AND terminal_outcome = 'IN_FLIGHT';
   IF NOT FOUND THEN
     PERFORM mycelium.transition_lost(p_request_id, p_owner, p_fence, 'complete');
   END IF;
   marked := set_config('mycelium.transition_verb', '', true);
+  RETURN p_request_id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION mycelium.complete(
+  p_request_id text, p_owner text, p_fence bigint, p_result jsonb DEFAULT NULL, p_result_text text DEFAULT NULL
+) RETURNS mycelium.transitions LANGUAGE plpgsql AS $$
+DECLARE
+  t mycelium.transitions;
+BEGIN
+  PERFORM mycelium.complete_ack(p_request_id, p_owner, p_fence, p_result, p_result_text);
+  SELECT * INTO t FROM mycelium.transitions WHERE request_id = p_request_id;
   RETURN t;
 END
 $$;

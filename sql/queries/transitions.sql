@@ -56,9 +56,8 @@ SELECT * FROM mycelium.complete(:request_id, :owner, :fence, :result, :result_te
 
 -- name: complete_transition_ack
 -- needs: writer
--- the SDK's hot path: the same verb, without sending the row back (one field of the call's result:
--- no function scan)
-SELECT (mycelium.complete(:request_id, :owner, :fence, :result::text::jsonb, :result::text)).request_id
+-- the SDK's hot path: the same verb, answering with the request id only
+SELECT mycelium.complete_ack(:request_id, :owner, :fence, :result::text::jsonb, :result::text)
 
 -- name: fail_transition
 -- needs: writer

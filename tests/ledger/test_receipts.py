@@ -345,3 +345,39 @@ async def test_a_release_joins_its_transitions_lane_even_after_the_lane_count_ch
     assert rows[("b", "release")]["prev_hash"] == rows[("b", "tool")]["hash"]
     assert rows[("fresh", "tool")]["lane"] == 40 and rows[("fresh", "tool")]["seq"] == 1
     assert await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain()") == []
+
+
+async def test_a_completion_written_by_plain_sql_gets_its_receipt_and_the_chain_holds(admin_conn):
+    """The receipt is appended by the row's guard, not by the verb: a completion that skips the verb
+    (its transaction marked as the verb's by hand) is chained like any other."""
+    await completed(admin_conn, "by-verb")
+    await claim(admin_conn, "by-hand", "w:1")
+    async with admin_conn.transaction():
+        await admin_conn.execute("SELECT set_config('mycelium.transition_verb', 'complete', true)")
+        await admin_conn.execute(
+            "UPDATE mycelium.transitions SET terminal_outcome = 'COMPLETED', side_effect_boundary = 'crossed',"
+            " lease_until = NULL, finished_at = now(), result = '{\"hand\": 1}' WHERE request_id = 'by-hand'"
+        )
+    rows = {x["request_id"]: x for x in await export(admin_conn)}
+    assert set(rows) == {"by-verb", "by-hand"}
+    ref = await admin_conn.fetchval("SELECT receipt_ref FROM mycelium.transitions WHERE request_id = 'by-hand'")
+    assert ref == rows["by-hand"]["receipt_id"]
+    assert rows["by-hand"]["outcome"] == "COMPLETED"
+    assert await admin_conn.fetch("SELECT * FROM mycelium.verify_receipt_chain()") == []
+    count, problems = r.verify_records(await export(admin_conn), {})
+    assert count == 2 and {p["problem"] for p in problems} == {"unsigned"}  # no signer in this test
+
+
+async def test_an_insert_outside_the_claim_is_still_refused_or_normalised(admin_conn):
+    columns = (
+        "INSERT INTO mycelium.transitions (request_id, transition_key, tool, agent_id, policy_version,"
+        " side_effect_class, spendability, retry_permission, capability, owner, fence, receipt_ref)"
+        " VALUES ('x', 'k', 't', 'a', 'v', 'read', 'multi_use', 'safe_retry', 'idempotent', 'w:1', 7, 'rcpt-1')"
+        " RETURNING fence, receipt_ref"
+    )
+    with pytest.raises(asyncpg.PostgresError, match="direct INSERT is refused"):
+        await admin_conn.execute(columns)
+    async with admin_conn.transaction():
+        await admin_conn.execute("SELECT set_config('mycelium.transition_verb', 'claim_transition', true)")
+        row = await admin_conn.fetchrow(columns)
+    assert (row["fence"], row["receipt_ref"]) == (1, None)
