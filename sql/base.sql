@@ -283,7 +283,7 @@ LANGUAGE sql IMMUTABLE AS $$
     -- the synthesizer (sql/synthesis.sql)
     ('synthesis_input', 'read'),
     -- negotiations (sql/negotiations.sql)
-    ('start_negotiation', 'write'),
+    ('start_negotiation', 'write'), ('negotiation_departure', 'read'),
     -- the wake digest beside an awaited message (sql/digest.sql)
     ('wake_digest', 'read'),
     -- the schema's own description (sql/catalogue.sql, /health)

@@ -646,7 +646,7 @@ BEGIN
     updated_at = now()
   WHERE room = p_room AND id = r.id
   RETURNING * INTO r;
-  IF p_close IS NOT NULL THEN
+  IF p_close IS NOT NULL AND mycelium.run_leaves_episode(p_room, r.id) THEN  -- negotiations.sql
     written := mycelium.write_memory(p_room, 'log/episodes/' || r.short_id,
       jsonb_build_object('text', mycelium.run_record(p_room, r.id)), r.engine, NULL,
       jsonb_build_object('outcome', r.state, 'within', r.episode, 'flow', r.protocol));

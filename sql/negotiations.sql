@@ -7,8 +7,13 @@
 --     transaction: from then on an outsider's write into the thread is refused (403 not_in_roster,
 --     from HTTP and psql alike), and a member not addressed by the current turn is refused by the
 --     floor (409). engine_step thaws the roster when the run closes.
---   * a membership change (the roster frozen again on other members, or thawed, by anyone but the
---     engine) makes the run due at once; the aligner then closes it as rejected.
+--   * a membership change makes the run due at once and moves its seq (a step computed before the
+--     change is refused, 409 step_moved, so nothing is lost to a race): a member who left the room
+--     (no longer among the members of a room it was a member of when the run started), or the
+--     roster frozen again on other members, or thawed, by anyone but the engine.
+--     negotiation_departure says who left; the aligner then closes the run as rejected with it.
+--   * a negotiation that found nothing to negotiate (its issues recorded as none) ends with its
+--     explanation and leaves no episode: run_leaves_episode, which engine_step asks on close.
 
 CREATE OR REPLACE FUNCTION mycelium.start_negotiation(
   p_room text, p_summon bigint, p_worker text, p_flow jsonb, p_open jsonb, p_lease_seconds double precision
@@ -28,29 +33,116 @@ BEGIN
       'A negotiation needs at least two agents: name them, e.g. `@aligner @alice @bob: the price and the vendor`',
       jsonb_build_object('cast', to_jsonb(cast_)));
   END IF;
+  -- the members who are members of the room now (its owner among them): leaving it aborts the run
   r := mycelium.start_engine_run(p_room, p_summon, p_worker, 'negotiate',
-                                p_flow || jsonb_build_object('cast', to_jsonb(cast_)), p_open, p_lease_seconds);
+         p_flow || jsonb_build_object('cast', to_jsonb(cast_), 'enrolled', to_jsonb(ARRAY(
+           SELECT h FROM unnest(cast_) WITH ORDINALITY AS c (h, i), mycelium.rooms ro
+           WHERE ro.name = p_room AND (h = mycelium.normalize_handle(ro.owner)
+                                       OR h = ANY (ARRAY(SELECT mycelium.normalize_handle(m) FROM unnest(ro.members) m)))
+           ORDER BY i))),
+         p_open, p_lease_seconds);
   UPDATE mycelium.engine_runs SET kind = 'aligner' WHERE room = p_room AND id = r.id RETURNING * INTO r;
   PERFORM mycelium.freeze_roster(p_room, r.episode, cast_, r.engine);
   RETURN r;
 END
 $$;
 
--- A change to a thread's roster by anyone but the engine of the negotiation going there makes that
--- run due now (its deadline passes), so the aligner sees the change at once and aborts.
+-- Who left a negotiation that is still open, in words (NULL while every member is still in): a member
+-- no longer among the members of a room it was a member of when the run started; the thread's
+-- roster thawed, or frozen again (by someone else, or on other members).
+CREATE OR REPLACE FUNCTION mycelium.negotiation_departure(p_room text, p_run bigint) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  r mycelium.engine_runs;
+  ro mycelium.rosters;
+  cast_ text[];
+  now_in text[];
+  said text[] := '{}';
+  gone text[];
+BEGIN
+  SELECT * INTO r FROM mycelium.engine_runs WHERE room = p_room AND id = p_run;
+  IF r.room IS NULL OR r.kind <> 'aligner' OR r.state <> 'open' THEN
+    RETURN NULL;
+  END IF;
+  cast_ := ARRAY(SELECT jsonb_array_elements_text(coalesce(r.flow -> 'cast', '[]')));
+  SELECT array_remove(ARRAY(SELECT mycelium.normalize_handle(m) FROM unnest(x.members) m)
+                      || mycelium.normalize_handle(x.owner), NULL)
+    INTO now_in FROM mycelium.rooms x WHERE x.name = p_room;
+  gone := ARRAY(SELECT h FROM jsonb_array_elements_text(coalesce(r.flow -> 'enrolled', '[]')) h
+                WHERE NOT h = ANY (coalesce(now_in, '{}')));
+  IF cardinality(gone) > 0 THEN
+    said := said || format('%s left the room', (SELECT string_agg('@' || h, ', ') FROM unnest(gone) h));
+  END IF;
+  SELECT * INTO ro FROM mycelium.rosters WHERE room = r.room AND episode = r.episode;
+  IF ro.room IS NULL THEN
+    said := said || 'the thread''s roster was thawed'::text;
+  ELSE
+    gone := ARRAY(SELECT h FROM unnest(cast_) h WHERE NOT h = ANY (ro.members));
+    IF cardinality(gone) > 0 THEN
+      said := said || format('%s taken off the roster', (SELECT string_agg('@' || h, ', ') FROM unnest(gone) h));
+    END IF;
+    gone := ARRAY(SELECT h FROM unnest(ro.members) h WHERE NOT h = ANY (cast_));
+    IF cardinality(gone) > 0 THEN
+      said := said || format('%s added to the roster', (SELECT string_agg('@' || h, ', ') FROM unnest(gone) h));
+    END IF;
+    IF ro.frozen_by <> r.engine THEN
+      said := said || format('the roster frozen again by @%s', ro.frozen_by);
+    END IF;
+  END IF;
+  IF cardinality(said) = 0 THEN
+    RETURN NULL;
+  END IF;
+  RETURN 'the negotiation''s membership changed: ' || array_to_string(said, '; ');
+END
+$$;
+
+-- A membership change makes the negotiations it touches due now and moves their seq, so the
+-- aligner sees it at once and a step computed before it is refused (read again, then aborted).
+CREATE OR REPLACE FUNCTION mycelium.negotiation_membership_changed(p_room text, p_episode text)
+RETURNS void LANGUAGE sql AS $$
+  UPDATE mycelium.engine_runs r SET deadline = now(), seq = r.seq + 1, updated_at = now()
+  WHERE r.room = p_room AND (p_episode IS NULL OR r.episode = p_episode) AND r.state = 'open'
+    AND r.kind = 'aligner' AND mycelium.negotiation_departure(r.room, r.id) IS NOT NULL
+$$;
+
+-- A change to a thread's roster by anyone but the engine of the negotiation going there.
 CREATE OR REPLACE FUNCTION mycelium.rosters_abort_negotiation() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF TG_OP = 'UPDATE' AND NEW.members = OLD.members AND NEW.frozen_by = OLD.frozen_by THEN
     RETURN NULL;
   END IF;
-  UPDATE mycelium.engine_runs r SET deadline = now(), updated_at = now()
-  WHERE r.room = OLD.room AND r.episode = OLD.episode AND r.state = 'open' AND r.kind = 'aligner'
-    AND NOT mycelium.acting_as_engine(r.engine);
+  IF NOT EXISTS (SELECT 1 FROM mycelium.engine_runs r WHERE r.room = OLD.room AND r.episode = OLD.episode
+                 AND r.state = 'open' AND r.kind = 'aligner' AND NOT mycelium.acting_as_engine(r.engine)) THEN
+    RETURN NULL;
+  END IF;
+  PERFORM mycelium.negotiation_membership_changed(OLD.room, OLD.episode);
   RETURN NULL;
 END
 $$;
 CREATE OR REPLACE TRIGGER rosters_abort_negotiation AFTER UPDATE OR DELETE ON mycelium.rosters
   FOR EACH ROW EXECUTE FUNCTION mycelium.rosters_abort_negotiation();
+
+-- A room's members changed (someone left or was removed): the negotiations a member of it was in.
+CREATE OR REPLACE FUNCTION mycelium.rooms_abort_negotiation() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.members IS NOT DISTINCT FROM OLD.members AND NEW.owner IS NOT DISTINCT FROM OLD.owner THEN
+    RETURN NULL;
+  END IF;
+  PERFORM mycelium.negotiation_membership_changed(NEW.name, NULL);
+  RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER rooms_abort_negotiation AFTER UPDATE ON mycelium.rooms
+  FOR EACH ROW EXECUTE FUNCTION mycelium.rooms_abort_negotiation();
+
+-- Whether a closed run leaves an episode (its record, log/episodes/<short_id>): every run does but
+-- a negotiation that found nothing to negotiate (its issues recorded as none), which ends with its
+-- explanation in the thread and no episode.
+CREATE OR REPLACE FUNCTION mycelium.run_leaves_episode(p_room text, p_run bigint) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT NOT (r.kind = 'aligner' AND r.pending ? 'issues' AND jsonb_typeof(r.pending -> 'issues') = 'null')
+  FROM mycelium.engine_runs r WHERE r.room = p_room AND r.id = p_run
+$$;
 
 -- The record of a negotiation as upstream writes log/episodes/<short_id>.md: the header (quality
 -- and satisfaction as the aligner measured them, the agreement, the team prior it left), the

@@ -8,13 +8,11 @@ FROM mycelium.start_negotiation(mycelium.acting(:room, :actor, :actor_kind, :def
 
 -- name: negotiation_log
 -- returns: row
--- a negotiation's move log (its trace, in turn order) and whether the thread's roster is still the
--- one it froze (its members, frozen by its engine)
+-- a negotiation's move log (its trace, in turn order) and who left it, if anyone did (NULL while
+-- every member is still in: negotiation_departure)
 SELECT coalesce((SELECT jsonb_agg(t.entry ORDER BY t.turn) FROM mycelium.engine_trace t
                  WHERE t.room = r.room AND t.run_id = r.id), '[]') AS moves,
-       EXISTS (SELECT 1 FROM mycelium.rosters ro
-               WHERE ro.room = r.room AND ro.episode = r.episode AND ro.frozen_by = r.engine
-                 AND ro.members = ARRAY(SELECT jsonb_array_elements_text(r.flow -> 'cast'))) AS roster_intact
+       mycelium.negotiation_departure(r.room, r.id) AS departure
 FROM mycelium.engine_runs r WHERE r.room = :room AND r.id = :run
 
 -- name: team_prior

@@ -165,7 +165,10 @@ async def test_the_roster_is_frozen_for_the_run_and_a_membership_change_aborts_i
         "SELECT mycelium.freeze_roster('atlas', $1, ARRAY['alice', 'bob', 'carol'], 'julia')", episode
     )
     done = await closed(admin_conn, episode, timeout=30)
-    assert done["state"] == "rejected" and "membership changed" in done["reason"]
+    assert done["state"] == "rejected"
+    assert done["reason"] == (
+        "the negotiation's membership changed: @carol added to the roster; the roster frozen again by @julia"
+    )
     assert done["assignments"] is None and done["id"] == run["id"]
     assert await admin_conn.fetchval("SELECT count(*) FROM mycelium.rosters WHERE episode = $1", episode) == 0
     commit = await admin_conn.fetchrow("SELECT * FROM mycelium.messages WHERE episode = $1 AND kind = 'commit'", episode)

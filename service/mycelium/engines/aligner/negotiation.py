@@ -12,10 +12,12 @@ and a move is never asked twice (the question and its position are committed wit
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from mycelium.core import markers
 from mycelium.core.mentions import TOKEN_PATTERN, loud_mentions
 from mycelium.engines.aligner import metrics
 from mycelium.engines.aligner.issues import NoIssues, Opening, discover, term_check
@@ -26,6 +28,15 @@ from mycelium.engines.models import Model
 
 NAME = "negotiate"
 ROUND_TIMEOUT_SECONDS = 30.0
+#: how long a broker note may take the model before the plain one is posted instead
+NOTE_TIMEOUT_SECONDS = 8.0
+NOTE_MAX_CHARS = 600
+NOTE_SYSTEM = (
+    "You broker a negotiation. Write the short note (two sentences at most) that goes to the member "
+    "whose turn it is: what is on the table, and what they might weigh in answering. Use only the "
+    "facts given; invent no position, argument, deadline or promise. Plain prose: no lists, no "
+    "@-mentions, no move markers."
+)
 PRIOR_PREFIX = "l9/rule_update/"
 TOO_FEW = (
     "A negotiation needs at least two agents. Name them when you summon me, e.g. "
@@ -59,6 +70,7 @@ def new_flow(
     round_timeout: float = ROUND_TIMEOUT_SECONDS,
     n_steps: int = N_STEPS,
     term_check: bool = True,
+    note_timeout: float = NOTE_TIMEOUT_SECONDS,
 ) -> dict[str, Any]:
     """What a negotiation keeps of its set-up (engine_runs.flow)."""
     return {
@@ -77,6 +89,7 @@ def new_flow(
         "round_timeout": round_timeout,
         "n_steps": n_steps,
         "term_check": term_check,
+        "note_timeout": note_timeout,
     }
 
 
@@ -120,7 +133,7 @@ class Negotiation:
 
     @property
     def issues(self) -> dict[str, list[str]]:
-        return self.p.get("issues", {})
+        return self.p.get("issues") or {}
 
     # -- posting --------------------------------------------------------------------------------
 
@@ -150,8 +163,8 @@ class Negotiation:
     def space_text(self) -> str:
         return "\n".join(f"- {name}: {' | '.join(opts)}" for name, opts in self.issues.items())
 
-    def ask_round(self, m: Mechanism, reading: Reading | None) -> None:
-        h = m.next_handle()
+    def facts(self, h: str, m: Mechanism, reading: Reading | None) -> list[str]:
+        """What the member addressed is told as it stands, nothing but the record's facts."""
         standing, by = m.standing(), m.standing_by()
         held = own_line(h, self.issues, self.p.get("last_line", {}), self.p.get("asks", {}))
         lines = []
@@ -169,10 +182,47 @@ class Negotiation:
         settled = self.p.get("settled")
         if settled:
             lines.append(f"Already agreed: {terms(settled)}.")
-        body = "\n".join(lines) + f"\n\nIssues:\n{self.space_text()}\n\n{HOW_TO_ANSWER}"
+        return lines
+
+    async def broker_note(self, h: str, facts: Sequence[str]) -> tuple[str | None, str | None]:
+        """The model's note to ``h`` (None and why, when the model is missing, slow or failing, or
+        wrote nothing usable: the facts alone are the note then)."""
+        if self.model is None:
+            return None, "no model is configured"
+        prompt = (
+            f"Broker note for {h}.\nNegotiation: {markers.defang(self.flow['ask'] or self.flow['title'])}\n"
+            + "\n".join(facts) + f"\nIssues:\n{self.space_text()}"
+        )
+        timeout = float(self.flow.get("note_timeout", NOTE_TIMEOUT_SECONDS))
+        asked = [{"role": "user", "content": prompt}]
+        try:
+            text = await asyncio.wait_for(
+                self.model.complete(NOTE_SYSTEM, asked, handle=self.run["engine"]), timeout
+            )
+        except TimeoutError:
+            return None, f"the model did not write the note within {timeout:g} s"
+        except Exception as exc:  # a note is never worth a negotiation: the plain one goes out
+            return None, str(exc) or type(exc).__name__
+        note = re.sub(r"\s+", " ", markers.MARKER_RE.sub(" ", str(text or ""))).strip()
+        if not note:
+            return None, "the model wrote no note"
+        if len(note) > NOTE_MAX_CHARS:
+            note = note[: NOTE_MAX_CHARS - 1].rstrip() + "…"
+        return note, None
+
+    async def ask_round(self, m: Mechanism, reading: Reading | None) -> None:
+        h = m.next_handle()
+        facts = self.facts(h, m, reading)
+        note, error = await self.broker_note(h, facts)
+        entry = self.move.trace[-1]
+        entry["note"] = "model" if note else "plain"
+        if error:
+            entry["note_error"] = error
+        lines = [facts[0], note, *facts[1:]] if reading is not None else [note, *facts]
+        body = "\n".join(x for x in lines if x) + f"\n\nIssues:\n{self.space_text()}\n\n{HOW_TO_ANSWER}"
         rnd = m.steps + 1
         self.ask("round", [h], f"negotiate · move {rnd} of {self.n_steps} · {h}", body,
-                 {"round": rnd, "cap": self.n_steps, "standing": standing})
+                 {"round": rnd, "cap": self.n_steps, "standing": m.standing()})
 
     # -- confidences ----------------------------------------------------------------------------
 
@@ -199,8 +249,6 @@ class Negotiation:
     # -- the steps ------------------------------------------------------------------------------
 
     def opening_of(self, handle: str, r: Reply | None) -> Opening:
-        from mycelium.core import markers
-
         if r is None or r.failed:
             return Opening(handle, "")
         move = markers.move_of(r.payload, r.text)
@@ -252,7 +300,8 @@ class Negotiation:
             space = await discover(ops, self.model, clar)
         except NoIssues as exc:
             entry["issues"] = None
-            self.close("rejected", f"nothing to negotiate: {exc}")
+            self.p["issues"] = None  # recorded as none: the run leaves no episode (run_leaves_episode)
+            self.nothing_to_negotiate(str(exc))
             return
         topic = self.flow.get("topic") or "-".join(sorted(space.issues))
         prior = await self.read_prior(topic)
@@ -261,7 +310,7 @@ class Negotiation:
         if prior:
             self.p["prior"] = dict(prior)
             entry["prior"] = dict(prior)
-        self.ask_round(Mechanism(space.issues, self.cast, self.n_steps, space.asks), None)
+        await self.ask_round(Mechanism(space.issues, self.cast, self.n_steps, space.asks), None)
 
     def recorded_turns(self) -> list[Turn]:
         return [
@@ -290,7 +339,7 @@ class Negotiation:
         self.move.trace.append(entry)
         end = m.ending()
         if end is None:
-            self.ask_round(m, reading)
+            await self.ask_round(m, reading)
         else:
             self.close(end.outcome, end.reason, end.agreement, reading, m.steps)
 
@@ -348,6 +397,20 @@ class Negotiation:
         self.move.step = self.move.step or self.run["step"] or "opening"
         self.move.waiting, self.move.wait_seconds, self.move.speakers = [], None, None
 
+    def nothing_to_negotiate(self, why: str) -> None:
+        """The end of a negotiation that never began: its explanation in the thread, no commit and
+        no episode."""
+        reason = f"nothing to negotiate: {why}"
+        text = f"negotiate: nothing to negotiate ({why}); no negotiation was opened and nothing is recorded."
+        line = {"event": "close", "protocol": NAME, "outcome": "none", "reason": reason}
+        self.move.posts.append({"event": "close", "content": neutralise(text), "recipients": list(self.cast),
+                                "payload": {"aligner": line, "metadata": {"aligner": line}}})
+        self.move.close = "rejected"
+        self.move.reason = reason
+        self.move.outcome_text = text
+        self.move.step = self.move.step or self.run["step"] or "opening"
+        self.move.waiting, self.move.wait_seconds, self.move.speakers = [], None, None
+
     def team_prior(self, agreement: Offer, quality: Mapping[str, Any] | None) -> None:
         topic = self.p.get("topic") or "-".join(sorted(agreement))
         before = self.p.get("prior") or {}
@@ -376,17 +439,18 @@ async def advance(
     run: Mapping[str, Any],
     replies: Sequence[Reply],
     moves: Sequence[Mapping[str, Any]],
-    roster_intact: bool,
+    departure: str | None,
     model: Model | None,
     read_prior: PriorReader,
     replayer: Replayer | None = None,
 ) -> Move | None:
     """The negotiation's next move, or None while the member it waits for may still answer
-    (``replayer``: this process's mechanisms, to spare replaying a log it already holds)."""
+    (``departure``: who left it, as the database says, which aborts it; ``replayer``: this process's
+    mechanisms, to spare replaying a log it already holds)."""
     n = Negotiation(run, moves, model, read_prior, replayer)
-    if not roster_intact:
-        n.move.trace.append({"step": run["step"] or "opening", "aborted": "the roster changed"})
-        n.close("rejected", "the negotiation's membership changed (its roster was changed or thawed)")
+    if departure:
+        n.move.trace.append({"step": run["step"] or "opening", "aborted": departure})
+        n.close("rejected", departure)
         return n.move
     if run["step"] is None or run["asked_position"] is None:
         n.ask_openings()

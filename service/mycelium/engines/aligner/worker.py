@@ -33,14 +33,16 @@ def _env_number(name: str, default: float) -> float:
         return default
 
 
-def settings() -> tuple[float, int, bool]:
+def settings() -> tuple[float, int, bool, float]:
     """The round timeout (``MYCELIUM_ALIGNER_ROUND_TIMEOUT_S``), NEGMAS's step cap
-    (``MYCELIUM_ALIGNER_MAX_STEPS``) and whether the term check runs (``MYCELIUM_ALIGNER_TERM_CHECK``,
-    on unless ``false``/``0``/``off``)."""
+    (``MYCELIUM_ALIGNER_MAX_STEPS``), whether the term check runs (``MYCELIUM_ALIGNER_TERM_CHECK``,
+    on unless ``false``/``0``/``off``) and how long a broker note may take the model
+    (``MYCELIUM_ALIGNER_NOTE_TIMEOUT_S``)."""
     timeout = _env_number("MYCELIUM_ALIGNER_ROUND_TIMEOUT_S", negotiation.ROUND_TIMEOUT_SECONDS)
     raw = (os.environ.get("MYCELIUM_ALIGNER_TERM_CHECK") or "true").strip().lower()
     check = raw not in ("false", "0", "off", "no")
-    return timeout, max(1, int(_env_number("MYCELIUM_ALIGNER_MAX_STEPS", N_STEPS))), check
+    note = _env_number("MYCELIUM_ALIGNER_NOTE_TIMEOUT_S", negotiation.NOTE_TIMEOUT_SECONDS)
+    return timeout, max(1, int(_env_number("MYCELIUM_ALIGNER_MAX_STEPS", N_STEPS))), check, note
 
 
 async def negotiate(w: EngineWorker, s: Mapping[str, Any]) -> None:
@@ -53,9 +55,9 @@ async def negotiate(w: EngineWorker, s: Mapping[str, Any]) -> None:
         await w.answer(s, negotiation.TOO_FEW, "refused")
         return
     row = await w.verbs.call(NOBODY, "row_title", room=s["room"], episode=s["episode"])
-    timeout, n_steps, check = settings()
+    timeout, n_steps, check, note = settings()
     flow = negotiation.new_flow(
-        members, ask, row["key"] if row else "", row["title"] if row else "", timeout, n_steps, check
+        members, ask, row["key"] if row else "", row["title"] if row else "", timeout, n_steps, check, note
     )
     try:
         await w.verbs.call(
@@ -103,7 +105,7 @@ async def step(w: EngineWorker, run: Mapping[str, Any]) -> bool:
 
     try:
         move = await negotiation.advance(
-            run, replies, got["moves"], got["roster_intact"], model, read_prior, REPLAYER
+            run, replies, got["moves"], got["departure"], model, read_prior, REPLAYER
         )
     except Exception as exc:  # a negotiation the aligner cannot go on with fails, on the record
         log.exception("negotiation %s cannot move", run["short_id"])
