@@ -203,6 +203,11 @@ $$;
 
 -- Refuse a depends-on edge that closes a cycle between board rows. Edges are checked one room at
 -- a time under a transaction advisory lock, so two writers cannot each add half of a cycle.
+-- The search visits each edge once: `reach` holds (row, the row it was reached from), and UNION
+-- drops a pair already seen, so a graph where many paths share rows (each row depending on the two
+-- before it) costs its edges, not its paths. When the new edge's source is reached, one path back
+-- to the target is read off the `via` pointers (the graph before the edge has no cycle, so the walk
+-- ends at the target; it never revisits a row in any case).
 CREATE OR REPLACE FUNCTION mycelium.memory_links_no_dependency_cycle() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   loop_path text[];
@@ -215,15 +220,24 @@ BEGIN
   IF NEW.target = NEW.source_key THEN
     loop_path := ARRAY[NEW.source_key, NEW.source_key];
   ELSE
-    WITH RECURSIVE reach (k, path) AS (
-      SELECT NEW.target, ARRAY[NEW.source_key, NEW.target]
-      UNION ALL
-      SELECT d.depends_on, r.path || d.depends_on
+    WITH RECURSIVE reach (k, via) AS (
+      SELECT NEW.target, NULL::text
+      UNION
+      SELECT d.depends_on, r.k
       FROM reach r
       JOIN mycelium.board_dependencies d ON d.room = NEW.room AND d.key = r.k
-      WHERE mycelium.is_board_key(d.depends_on) AND NOT d.depends_on = ANY (r.path[2:])
+      WHERE mycelium.is_board_key(d.depends_on) AND r.k <> NEW.source_key
+    ), back (k, path) AS (
+      SELECT NEW.source_key, ARRAY[NEW.source_key]
+      WHERE EXISTS (SELECT FROM reach WHERE reach.k = NEW.source_key)
+      UNION ALL
+      SELECT p.via, p.via || b.path
+      FROM back b
+      CROSS JOIN LATERAL (SELECT r.via FROM reach r WHERE r.k = b.k AND r.via IS NOT NULL
+                          ORDER BY r.via LIMIT 1) p
+      WHERE b.k <> NEW.target AND NOT p.via = ANY (b.path)
     )
-    SELECT path INTO loop_path FROM reach WHERE k = NEW.source_key LIMIT 1;
+    SELECT NEW.source_key || path INTO loop_path FROM back WHERE k = NEW.target;
   END IF;
   IF loop_path IS NOT NULL THEN
     PERFORM mycelium.refuse(422, 'dependency_cycle',

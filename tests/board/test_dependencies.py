@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import asyncpg
 import pytest
 
@@ -243,3 +245,25 @@ async def test_the_lease_watch_wakes_when_a_dependency_resolves(client, admin_co
     woke = (await client.get(f"{A}/await", params={"key": plan, "since": seen["since"], "timeout": 30})).json()
     resolver.join()
     assert woke["changed"] is True and woke["waiting_on"] == []
+
+
+async def test_a_dependency_graph_whose_paths_multiply_is_checked_in_time_of_its_edges(admin_conn, room):
+    """Forty rows, each depending on the two before it: Fibonacci(40) paths but 77 edges. A search
+    that walks every path runs for hours here; one that visits each edge once is done at once."""
+    await admin_conn.execute("SET statement_timeout = '20s'")
+    keys: list[str] = []
+    for i in range(40):
+        await task(admin_conn, f"step{i}")
+        keys.append(f"work/step{i}")
+        if keys[:-1]:
+            await fields(admin_conn, keys[-1], {"depends-on": keys[-3:-1]})
+    assert await waiting(admin_conn, keys[-1]) == keys[-3:-1]
+    status, detail, _ = await refusal(
+        admin_conn, "SELECT 1 FROM mycelium.write_fields($1, 'work/step0', 'x', '{\"depends-on\": \"work/step39\"}')",
+        ROOM)
+    cycle = detail["cycle"]
+    assert (status, detail["error"], cycle[0], cycle[1], cycle[-1]) == (422, "dependency_cycle", "work/step0",
+                                                                        "work/step39", "work/step0")
+    edges = {(k, d) for i, k in enumerate(keys) for d in keys[max(0, i - 2):i]}
+    assert all((a, b) in edges for a, b in itertools.pairwise(cycle[1:]))  # every step of it is a real edge
+    await admin_conn.execute("RESET statement_timeout")
