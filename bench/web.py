@@ -2,9 +2,10 @@
 process, beside the API's JSON for the same data in the same run; and how long a message posted
 over the API takes to appear in an open page (headless Chromium following the room's stream).
 
-The room: 500 tasks (a third claimed, a sixth resolved), 1,000 messages (half in the room's channel,
-half spread over 50 task threads, each of which also pings the channel). The page shows each board
-column's first 50 rows and the timeline's last 200 entries (paged, not everything at once); the
+The room: 500 tasks (a third claimed, a sixth resolved, every fifth depending on the two filed
+before it), 1,000 messages (half in the room's channel, half spread over 50 task threads, each of
+which also pings the channel). The page shows each board column's first 50 rows and the
+timeline's last 200 entries (paged, not everything at once); the
 API's side is the board and the timeline as JSON (the three board columns of 100 rows, the last 300
 timeline messages and the members). Both are timed back to back on one keep-alive connection, as
 are the page's live parts: all of them (what a notice re-reads) and what was said alone
@@ -57,10 +58,14 @@ async def seed(dsn: str, tasks: int, messages: int) -> None:
     try:
         await conn.execute("SELECT * FROM mycelium.create_room($1, NULL, NULL, true, NULL, '{}', 'bench')", ROOM)
         episodes: list[str] = []
+        keys: list[str] = []
         for i in range(tasks):
-            row = await conn.fetchrow("SELECT key, episode FROM mycelium.create_task($1, $2, 'ana', NULL, $3)",
-                                      ROOM, f"Task number {i} of the bench", f"agent{i % 7}")
+            # every fifth task depends on the two filed before it (what the board says it waits on)
+            depends = keys[-2:] if i % 5 == 4 else None
+            row = await conn.fetchrow("SELECT key, episode FROM mycelium.create_task($1, $2, 'ana', NULL, $3, NULL, $4)",
+                                      ROOM, f"Task number {i} of the bench", f"agent{i % 7}", depends)
             episodes.append(row["episode"])
+            keys.append(row["key"])
             if i % 3 == 0:
                 await conn.execute("SELECT * FROM mycelium.claim_task($1, $2, $3)", ROOM, row["key"], f"agent{i % 5}")
             if i % 6 == 0:

@@ -77,14 +77,21 @@ $$;
 -- Derived state.
 
 -- The dependencies a row waits on: existing, unsettled board rows it `depends-on`, in the order
--- they are written.
-CREATE OR REPLACE FUNCTION mycelium.waiting_on(p_room text, p_key text) RETURNS text[] LANGUAGE sql STABLE AS $$
+-- they are written. (A set-returning function of one row, so that a read of many rows — the board
+-- views — has the planner fold it into its own plan, where a call per row costs a function call
+-- each; waiting_on is the same answer as a value, for the verbs.)
+CREATE OR REPLACE FUNCTION mycelium.row_waits(p_room text, p_key text) RETURNS TABLE (waiting_on text[])
+LANGUAGE sql STABLE AS $$
   SELECT coalesce(array_agg(d.depends_on ORDER BY d.ord, d.depends_on), '{}')
   FROM mycelium.board_dependencies d
   JOIN mycelium.memories m ON m.room = d.room AND m.key = d.depends_on
   LEFT JOIN mycelium.assignments a ON a.room = m.room AND a.key = m.key
   WHERE d.room = p_room AND d.key = p_key AND mycelium.is_board_key(d.depends_on)
     AND NOT mycelium.row_settled(m.meta, a.state)
+$$;
+
+CREATE OR REPLACE FUNCTION mycelium.waiting_on(p_room text, p_key text) RETURNS text[] LANGUAGE sql STABLE AS $$
+  SELECT w.waiting_on FROM mycelium.row_waits(p_room, p_key) w
 $$;
 
 -- The derived state of a lease row (NULL when never leased): unclaimed, held, expired, released or
@@ -143,19 +150,23 @@ RETURNS mycelium.lease_read LANGUAGE sql STABLE AS $$
 $$;
 
 -- Every work/ row's lease. (room and key are the memory's own columns, not the function's, so a
--- filter on them reaches the memories' index and the lease is derived for the rows asked for only.)
+-- filter on them reaches the memories' index and the lease is derived for the rows asked for only.
+-- The lease is expanded column by column, `(lease_read(m, a)).*`, not read as one value from a
+-- function in FROM: the planner then computes only the columns a read uses, where a function scan
+-- builds every column of every row, what it waits on included.)
 CREATE OR REPLACE VIEW mycelium.lease_states AS
   SELECT m.room, m.key, l.episode, l.version, l.title, l.assignment, l.stored_state, l.owner, l.claimed_at,
          l.ttl_minutes, l.expires_at, l.freshness, l.assignment_note, l.assignment_note_by, l.waiting_on,
          l.claim_id, l.lease_version
   FROM mycelium.memories m
   LEFT JOIN mycelium.assignments a ON a.room = m.room AND a.key = m.key
-  CROSS JOIN LATERAL mycelium.lease_read(m, a) l
+  CROSS JOIN LATERAL (SELECT (mycelium.lease_read(m, a)).*) l
   WHERE mycelium.is_assignable_key(m.key);
 
 -- Every board row with what a board shows: status, kind, priority, lease, what it waits on, and
 -- where it needs attention (resolved > in_flight > needs_you). The lease is derived from the row's
--- own memory and lease row, for the board rows a read asks for only.
+-- own memory and lease row, for the board rows a read asks for only; what it waits on is row_waits
+-- planned into the read (the lease's own waiting_on column is not computed here).
 CREATE OR REPLACE VIEW mycelium.board_rows AS
   SELECT m.room, m.key, split_part(m.key, '/', 1) AS namespace,
          mycelium.memory_title(m.value, m.meta) AS title,
@@ -165,13 +176,14 @@ CREATE OR REPLACE VIEW mycelium.board_rows AS
          m.episode, mycelium.episode_short_id(m.episode) AS short_id,
          m.version, m.created_by, m.updated_by, m.created_at, m.updated_at,
          l.assignment, l.owner, l.claimed_at, l.ttl_minutes, l.expires_at, l.freshness,
-         coalesce(l.waiting_on, mycelium.waiting_on(m.room, m.key)) AS waiting_on,
+         w.waiting_on,
          CASE WHEN mycelium.row_settled(m.meta, l.stored_state) THEN 'resolved'
               WHEN m.meta ->> 'status' = 'in_review' OR l.assignment = 'held' THEN 'in_flight'
               ELSE 'needs_you' END AS attention
   FROM mycelium.memories m
   LEFT JOIN mycelium.assignments a ON a.room = m.room AND a.key = m.key
-  LEFT JOIN LATERAL mycelium.lease_read(m, a) l ON mycelium.is_assignable_key(m.key)
+  LEFT JOIN LATERAL (SELECT (mycelium.lease_read(m, a)).*) l ON mycelium.is_assignable_key(m.key)
+  CROSS JOIN LATERAL mycelium.row_waits(m.room, m.key) w
   WHERE mycelium.is_board_key(m.key);
 
 -- ---------------------------------------------------------------------------------------------

@@ -317,7 +317,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('message_has', 'inlined'), ('named_handles', 'inlined'), ('parse_links', 'inlined'),
     ('parse_masked_links', 'inlined'), ('receipt_hash', 'inlined'), ('receipt_preimage', 'inlined'),
     ('receipt_preimage_after_seq', 'inlined'), ('receipt_preimage_before_seq', 'inlined'),
-    ('receipt_seq_field', 'inlined'), ('receipt_ts', 'inlined'), ('row_settled', 'inlined'),
+    ('receipt_seq_field', 'inlined'), ('receipt_ts', 'inlined'), ('row_settled', 'inlined'), ('row_waits', 'inlined'),
     ('settled_statuses', 'inlined'), ('stance_of', 'inlined'), ('stored_without_document', 'inlined'),
     ('task_lease_end', 'inlined'), ('waiting_on', 'inlined')
   ) AS v (name, kind)
