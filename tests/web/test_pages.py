@@ -322,3 +322,39 @@ async def test_the_talk_parts_are_what_was_said_read_without_the_board(client):
     bad = await client.get("/room/atlas/parts?only=board")
     assert bad.status_code == 422 and "text/html" in bad.headers["content-type"] and "only" in bad.text
     assert (await client.get("/room/atlas/task-parts/work/nope?only=talk")).status_code == 404
+
+
+async def till_chains(client) -> list[str]:
+    """The receipts page's rows of agent till (one per lane)."""
+    return [seg.split("</tr>")[0] for seg in (await client.get("/receipts")).text.split(">till</a>")[1:]]
+
+
+async def test_the_receipts_page_checks_every_signature_and_names_a_bad_one(client, admin_conn, tmp_path):
+    from mycelium.ledger import receipts as signing
+    from mycelium.verbs import verbs_on
+    from mycelium.workers.receipts import register, sign_pending
+
+    key = signing.KeyStore(tmp_path / "keys").current()
+    await register(verbs_on(admin_conn), key)
+    for i in (1, 2):
+        claim = await client.post("/api/transitions/claim", json={
+            "request_id": f"pay-{i}", "transition_key": f"pay:{i}", "tool": "pay", "owner": "w1",
+            "side_effect_class": "non_idempotent_mutate", "agent_id": "till"})
+        done = await client.post("/api/transitions/complete", json={
+            "request_id": f"pay-{i}", "owner": "w1", "fence": claim.json()["transition"]["fence"]})
+        assert done.status_code == 200, done.text
+    assert await sign_pending(verbs_on(admin_conn), key) >= 2
+    rows = await till_chains(client)
+    assert rows and all("verified</span>, signatures included" in row for row in rows)
+    # someone with the server's superuser swaps one stored signature for another (the append-only
+    # trigger skipped): the chain of hashes is intact, the signature no longer matches its receipt
+    ids = await admin_conn.fetch("SELECT s.id FROM mycelium.receipt_signatures s JOIN mycelium.receipts r"
+                                 " ON r.id = s.id WHERE r.agent_id = 'till' ORDER BY s.id")
+    async with admin_conn.transaction():
+        await admin_conn.execute("SET LOCAL session_replication_role = replica")
+        await admin_conn.execute("UPDATE mycelium.receipt_signatures SET signature ="
+                                 " (SELECT signature FROM mycelium.receipt_signatures WHERE id = $1) WHERE id = $2",
+                                 ids[0]["id"], ids[-1]["id"])
+    rows = "".join(await till_chains(client))
+    assert "broken" in rows and f"bad signature (key {key.key_id})" in rows
+    assert (await client.get("/api/receipts/verify", params={"agent": "till"})).json()["ok"] is False

@@ -12,7 +12,7 @@ from litestar.params import FromQuery
 from mycelium.api.deps import VERBS, Annotated, HubDep, Query, VerbsDep
 from mycelium.ledger import receipts as signing
 from mycelium.verbs import NOBODY
-from mycelium.verbs.transitions import export_row, key_read
+from mycelium.verbs.transitions import export_row, key_read, receipt_keyring
 
 
 class ReceiptController(Controller):
@@ -55,7 +55,7 @@ class ReceiptController(Controller):
     async def verify(self, verbs: VerbsDep, agent: FromQuery[str | None] = None) -> dict[str, Any]:
         """The chain checked in SQL, and every signature checked against the keyring."""
         chain = [dict(r.items()) for r in await verbs.call(NOBODY, "verify_receipt_chain", agent=agent)]
-        keyring = {r["key_id"]: bytes(r["public_key"]) for r in await verbs.call(NOBODY, "receipt_keys")}
+        keyring = await receipt_keyring(verbs)
         checked, after, problems = 0, 0, []
         while True:
             rows = await verbs.call(NOBODY, "export_receipts", since=None, agent=agent, after=after,
@@ -65,18 +65,10 @@ class ReceiptController(Controller):
             after = rows[-1]["id"]
             for r in rows:
                 checked += 1
-                where = {
-                    "receipt_id": r["receipt_id"],
-                    "agent_id": r["agent_id"],
-                    "lane": r["lane"],
-                    "seq": r["seq"],
-                }
-                if not r["signature"]:
-                    problems.append({**where, "problem": "unsigned"})
-                elif r["key_id"] not in keyring or not signing.check_signature(
-                    keyring[r["key_id"]], r["hash"], r["signature"]
-                ):
-                    problems.append({**where, "problem": f"bad signature (key {r['key_id']})"})
+                wrong = signing.signature_problem(r, keyring)
+                if wrong is not None:
+                    problems.append({"receipt_id": r["receipt_id"], "agent_id": r["agent_id"],
+                                     "lane": r["lane"], "seq": r["seq"], "problem": wrong})
         return {
             "checked": checked,
             "chain_problems": chain,

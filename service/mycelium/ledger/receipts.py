@@ -211,10 +211,20 @@ def verify_records(
         elif int(r["seq"]) == 1 and r.get("prev_hash"):
             problem(r, "first receipt links to a predecessor")
         last[chain_of(r)] = r
-        if not r.get("signature"):
-            problem(r, "unsigned")
-        elif r.get("key_id") not in keys:
-            problem(r, f"signed with unknown key {r.get('key_id')}")
-        elif not check_signature(keys[r["key_id"]], str(r.get("hash")), str(r["signature"])):
-            problem(r, f"bad signature (key {r['key_id']})")
+        wrong = signature_problem(r, keys)
+        if wrong is not None:
+            problem(r, wrong)
     return count, problems
+
+
+def signature_problem(r: Mapping[str, Any], keys: Mapping[str, bytes]) -> str | None:
+    """What is wrong with a receipt's signature against a keyring (key id -> raw public key):
+    unsigned, signed with a key the ring lacks, or a signature that does not check; None when
+    it checks."""
+    if not r.get("signature"):
+        return "unsigned"
+    if r.get("key_id") not in keys:
+        return f"signed with unknown key {r.get('key_id')}"
+    if not check_signature(keys[r["key_id"]], str(r.get("hash")), str(r["signature"])):
+        return f"bad signature (key {r['key_id']})"
+    return None

@@ -7,6 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mycelium.verbs.actor import NOBODY
+from mycelium.verbs.gateway import Verbs
+
 Text = Annotated[str, Field(min_length=1, max_length=512)]
 
 
@@ -131,6 +134,11 @@ def key_read(row: Any) -> dict[str, Any]:
     return {"key_id": row["key_id"], "algorithm": row["algorithm"],
             "public_key": bytes(row["public_key"]).hex(), "created_at": row["created_at"],
             "retired_at": row["retired_at"]}
+
+
+async def receipt_keyring(verbs: Verbs) -> dict[str, bytes]:
+    """The hub's public receipt keys, key id -> raw Ed25519 key (retired ones too: they signed)."""
+    return {r["key_id"]: bytes(r["public_key"]) for r in await verbs.call(NOBODY, "receipt_keys")}
 
 
 def claim_read(row: Any) -> dict[str, Any]:

@@ -12,8 +12,9 @@ from litestar.response import Template
 
 from mycelium.api.deps import VerbsDep
 from mycelium.errors import Refusal
+from mycelium.ledger.receipts import signature_problem
 from mycelium.verbs import NOBODY, Verbs
-from mycelium.verbs.transitions import export_row, row_json
+from mycelium.verbs.transitions import export_row, receipt_keyring, row_json
 from mycelium.web import views
 from mycelium.web.pages import page
 
@@ -73,9 +74,15 @@ async def transition(request: Request[Any, Any, Any], verbs: VerbsDep, request_i
 
 @get("/receipts")
 async def receipts(request: Request[Any, Any, Any], verbs: VerbsDep) -> Template:
-    """Each agent's lanes: how many receipts, the head, how many are signed, and what breaks."""
+    """Each agent's lanes: how many receipts, the head, how many are signed, and what breaks: the
+    chain as the database checks it, and every signature against the hub's keyring (a receipt not
+    signed yet is counted, not a fault: the hub signs receipts shortly after they are written)."""
     found = [r async for r in receipts_of(verbs, None)]
-    return page("receipts.html", request, chains=views.chains(found, await chain_problems(verbs, None)))
+    keyring = await receipt_keyring(verbs)
+    bad = [{**r, "problem": wrong} for r in found
+           if (wrong := signature_problem(r, keyring)) not in (None, "unsigned")]
+    problems = [*await chain_problems(verbs, None), *bad]
+    return page("receipts.html", request, chains=views.chains(found, problems))
 
 
 ROUTES: list[Any] = [transitions, transition, receipts]
