@@ -41,18 +41,30 @@ def test_a_log_out_of_negmas_order_is_refused_not_forced():
         m.apply(Turn("bob", "offer", B))
 
 
-def test_the_replayer_reaches_the_state_a_replay_does_and_replays_a_log_it_does_not_hold():
+def test_the_replayer_gives_a_held_mechanism_out_once_and_only_for_its_run_as_it_stands():
     log = [Turn("alice", "offer", A), Turn("bob", "offer", B), Turn("alice", "offer", A)]
     r = Replayer()
-    m = r.get("run", ISSUES, ["alice", "bob"], log[:1], 20)
-    r.keep("run", log[:1], m)
-    held = r.get("run", ISSUES, ["alice", "bob"], log, 20)
-    assert held is m and held.steps == 3
+    m = Mechanism.replay(ISSUES, ["alice", "bob"], log[:1], 20)
+    r.keep("run", 4, m)  # the log up to trace turn 4 (an opening entry, then rounds)
+    assert r.take("run", 6, ISSUES, ["alice", "bob"], 20) == (4, m)
+    assert r.take("run", 6, ISSUES, ["alice", "bob"], 20) == (0, None)  # taken out: a failed move leaves nothing
+    r.keep("run", 4, m)
+    assert r.take("run", 3, ISSUES, ["alice", "bob"], 20) == (0, None)  # a log behind the one held
+    r.keep("run", 4, m)
+    assert r.take("run", 6, ISSUES, ["alice", "bob"], 30) == (0, None)  # another step cap: another mechanism
+    r.keep("run", 4, m)
+    assert r.take("other", 6, ISSUES, ["alice", "bob"], 20) == (0, None)
+    # moved on by the moves recorded after its turn, it is where a replay of the whole log is
+    turn, held = r.take("run", 6, ISSUES, ["alice", "bob"], 20)
+    assert (turn, held) == (4, m)
+    for t in log[1:]:
+        held.apply(t)
     fresh = Mechanism.replay(ISSUES, ["alice", "bob"], log, 20)
-    assert (held.standing(), held.next_handle()) == (fresh.standing(), fresh.next_handle())
-    r.keep("run", [*log, Turn("bob", "offer", A)], held)  # never committed
-    other = r.get("run", ISSUES, ["alice", "bob"], [*log, Turn("bob", "accept")], 20)
-    assert other is not held and other.ending() is not None and other.ending().agreement == A
+    assert (held.standing(), held.next_handle(), held.steps) == (fresh.standing(), fresh.next_handle(), 3)
+    small = Replayer(1)
+    small.keep("a", 1, m)
+    small.keep("b", 1, fresh)
+    assert small.take("a", 1, ISSUES, ["alice", "bob"], 20) == (0, None)  # the oldest gave way
 
 
 def test_negmas_is_imported_only_when_a_negotiation_moves():

@@ -4,8 +4,9 @@ Each participant is a placeholder negotiator that NEGMAS never asks: every turn'
 injected (``step(action={id: SAOResponse})``), read from the member's reply in the thread. With
 ``one_offer_per_step`` each step is exactly one member's turn, so the step cap is NEGMAS's
 ``n_steps``, and NEGMAS alone says when the negotiation ends (everyone accepts the standing offer,
-someone ends it, or the steps run out). A mechanism is not kept anywhere: it is rebuilt from the
-moves the database recorded (:meth:`Mechanism.replay`), so any worker reaches the same state.
+someone ends it, or the steps run out). Its state is a function of the moves the database
+recorded: any worker rebuilds it from them (:meth:`Mechanism.replay`) and reaches the same state; a
+worker keeps the one it moved last (:class:`Replayer`) only to spare itself the replay.
 
 NEGMAS is imported here, and only when a negotiation is moved, so nothing else pays for it.
 """
@@ -211,38 +212,39 @@ def _shape(
 
 
 class Replayer:
-    """The mechanisms this process moved last, by run, each with the move log it was brought to.
+    """The mechanisms this process moved last, by run, each at the trace turn its last committed
+    move left the run at.
 
-    A move on a log that extends the one held costs NEGMAS only the new steps; any other log (the
-    run was moved elsewhere, or the held state went ahead of what was committed) is replayed from
-    the start. A mechanism's state is a function of its issues, cast, step cap and move log alone,
+    The trace is append-only, so a mechanism brought to the log up to a turn stays right for that
+    prefix: a move on a run held here reads only the moves recorded after that turn (none, unless
+    another worker moved the run meanwhile) and costs NEGMAS only those. A run not held (a fresh
+    process, a run moved here from elsewhere, a move that was not committed) reads and replays its
+    whole log. A mechanism's state is a function of its issues, cast, step cap and move log alone,
     so the cache never changes an outcome, only its cost."""
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
-        self._held: dict[Any, tuple[tuple[Any, ...], list[Turn], Mechanism]] = {}
+        self._held: dict[Any, tuple[int, tuple[Any, ...], Mechanism]] = {}
 
-    def get(
+    def take(
         self,
         key: Any,
+        turn: int,
         issues: Mapping[str, Sequence[str]],
         cast: Sequence[str],
-        turns: Sequence[Turn],
         n_steps: int = N_STEPS,
         asks: Mapping[str, Mapping[str, str]] | None = None,
-    ) -> Mechanism:
-        shape = _shape(issues, cast, n_steps, asks)
+    ) -> tuple[int, Mechanism | None]:
+        """The trace turn after which the log is to be read for a run at ``turn``, and the
+        mechanism held at it; ``(0, None)``: read and replay the whole log. What is held is taken
+        out, so a move that is not committed leaves nothing behind (:meth:`keep` puts it back)."""
         held = self._held.pop(key, None)
-        if held is not None:
-            held_shape, held_turns, m = held
-            if held_shape == shape and list(turns[: len(held_turns)]) == held_turns:
-                for t in turns[len(held_turns) :]:
-                    m.apply(t)
-                return m
-        return Mechanism.replay(issues, cast, turns, n_steps, asks)
+        if held is None or held[0] > turn or held[1] != _shape(issues, cast, n_steps, asks):
+            return 0, None
+        return held[0], held[2]
 
-    def keep(self, key: Any, turns: Sequence[Turn], m: Mechanism) -> None:
-        shape = _shape(m.issues, list(m.ids), m.sao.n_steps, m.asks)
-        self._held[key] = (shape, list(turns), m)
+    def keep(self, key: Any, turn: int, m: Mechanism) -> None:
+        """Hold ``m`` as the state of the run's log up to trace turn ``turn``, committed."""
+        self._held[key] = (turn, _shape(m.issues, list(m.ids), m.sao.n_steps, m.asks), m)
         while len(self._held) > self.size:
             self._held.pop(next(iter(self._held)))

@@ -3,11 +3,13 @@
 A negotiation walks: **opening** (every member asked at once for its position) → **clarify** (one
 round, only when the term check finds a term used in different senses; kept out of the metrics) →
 issue discovery → **round** after round, one member addressed at a time in NEGMAS's order, until
-NEGMAS ends it. :func:`advance` is one move: from the run row (current step, whom it waits for,
-the state in ``pending``), the replies in the thread and the move log (the run's trace), what to
-record, post and hold next, the parameters of ``mycelium.engine_step``. The mechanism is rebuilt
-from the move log every time (:meth:`Mechanism.replay`), so any worker computes the same move,
-and a move is never asked twice (the question and its position are committed with the step).
+NEGMAS ends it. :meth:`Negotiation.advance` is one move: from the run row (current step, whom it
+waits for, the state in ``pending``), the replies in the thread and the move log (the run's trace),
+what to record, post and hold next, the parameters of ``mycelium.engine_step``. The mechanism is
+rebuilt from the move log (:meth:`Mechanism.replay`), or moved on from the one this worker holds
+at a turn of that log by the moves recorded after it (:class:`Replayer`), so any worker computes
+the same move, and a move is never asked twice (the question and its position are committed with
+the step).
 """
 
 from __future__ import annotations
@@ -107,10 +109,13 @@ def open_post(flow: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class Negotiation:
+    """One move of a negotiation: made from the run row with ``replayer``'s mechanism for the run
+    taken out (:attr:`after` is the trace turn it is at, whose later moves :meth:`advance` is to
+    be given; 0: the whole log); :meth:`kept` returns it, moved, once the move is committed."""
+
     def __init__(
         self,
         run: Mapping[str, Any],
-        moves: Sequence[Mapping[str, Any]],
         model: Model | None,
         read_prior: PriorReader,
         replayer: Replayer | None = None,
@@ -119,13 +124,17 @@ class Negotiation:
         self.cast: list[str] = list(self.flow["cast"])
         self.short_id = run["short_id"]
         self.run = run
-        self.moves = list(moves)
         self.model = model
         self.read_prior = read_prior
         self.replayer = replayer or Replayer(0)
         self.key = (run["room"], run["id"])
         self.move = Move(pending=dict(run["pending"] or {}))
         self.n_steps = int(self.flow.get("n_steps", N_STEPS))
+        self.after, self.held = self.replayer.take(
+            self.key, int(run["turn"]), self.issues, self.cast, self.n_steps, self.p.get("asks")
+        )
+        self.moves: list[Mapping[str, Any]] = []
+        self.mechanism: Mechanism | None = None  # the one this move leaves, when it leaves one
 
     @property
     def p(self) -> dict[str, Any]:
@@ -310,9 +319,11 @@ class Negotiation:
         if prior:
             self.p["prior"] = dict(prior)
             entry["prior"] = dict(prior)
-        await self.ask_round(Mechanism(space.issues, self.cast, self.n_steps, space.asks), None)
+        self.mechanism = Mechanism(space.issues, self.cast, self.n_steps, space.asks)
+        await self.ask_round(self.mechanism, None)
 
     def recorded_turns(self) -> list[Turn]:
+        """The turns of the moves read (those after :attr:`after`)."""
         return [
             Turn(e["who"], e["action"], e.get("offer"))
             for e in self.moves
@@ -321,16 +332,20 @@ class Negotiation:
 
     async def moved(self, got: Mapping[str, Reply]) -> None:
         turns = self.recorded_turns()
-        m = self.replayer.get(self.key, self.issues, self.cast, turns, self.n_steps, self.p.get("asks"))
+        if self.held is None:
+            m = Mechanism.replay(self.issues, self.cast, turns, self.n_steps, self.p.get("asks"))
+        else:
+            m = self.held
+            for t in turns:
+                m.apply(t)
+        self.mechanism = m
         h = self.run["waiting"][0]
         if m.ending() is not None or m.next_handle() != h:
             raise ValueError(f"the move log does not lead to @{h}'s turn")
         last = self.p.get("last_line", {})
         held = own_line(h, self.issues, last, self.p.get("asks", {}))
         reading = await read_reply(h, got.get(h), self.issues, m.standing(), held, self.model)
-        turn = Turn(h, reading.action, reading.offer)
-        m.apply(turn)
-        self.replayer.keep(self.key, [*turns, turn], m)
+        m.apply(Turn(h, reading.action, reading.offer))
         if reading.action == "offer" and reading.offer is not None:
             self.p["last_line"] = {**last, h: reading.offer}
         self.note_confidence(h, reading.confidence)
@@ -342,6 +357,44 @@ class Negotiation:
             await self.ask_round(m, reading)
         else:
             self.close(end.outcome, end.reason, end.agreement, reading, m.steps)
+
+    async def advance(
+        self, replies: Sequence[Reply], moves: Sequence[Mapping[str, Any]], departure: str | None
+    ) -> Move | None:
+        """The negotiation's next move, or None while the member it waits for may still answer
+        (``moves``: the move log after trace turn :attr:`after`; ``departure``: who left it, as
+        the database says, which aborts it)."""
+        self.moves = list(moves)
+        run = self.run
+        if departure:
+            self.move.trace.append({"step": run["step"] or "opening", "aborted": departure})
+            self.close("rejected", departure)
+            return self.move
+        if run["step"] is None or run["asked_position"] is None:
+            self.ask_openings()
+            return self.move
+        waiting = list(run["waiting"])
+        got = {r.handle: r for r in replies if r.handle in waiting}
+        if not run["expired"] and any(h not in got for h in waiting):
+            return None
+        if run["step"] == "opening":
+            await self.opened(got)
+        elif run["step"] == "clarify":
+            await self.clarified(got)
+        else:
+            await self.moved(got)
+        return self.move
+
+    def kept(self, committed: Move | None) -> None:
+        """Give the replayer back the mechanism: as this move left it, at the trace turn the move
+        committed (``committed``: the move engine_step took; a closed run keeps none), or as it
+        was taken when there was no move (None). A move that failed calls neither."""
+        if committed is None:
+            if self.held is not None:
+                self.replayer.keep(self.key, self.after, self.held)
+        elif self.mechanism is not None and committed.close is None:
+            self.replayer.keep(self.key, int(self.run["turn"]) + len(committed.trace), self.mechanism)
+
 
     def close(
         self,
@@ -433,39 +486,6 @@ class Negotiation:
                 "meta": {"l9": l9, "topic": topic, "agreement": agreement, "within": self.flow["task"]},
             }
         )
-
-
-async def advance(
-    run: Mapping[str, Any],
-    replies: Sequence[Reply],
-    moves: Sequence[Mapping[str, Any]],
-    departure: str | None,
-    model: Model | None,
-    read_prior: PriorReader,
-    replayer: Replayer | None = None,
-) -> Move | None:
-    """The negotiation's next move, or None while the member it waits for may still answer
-    (``departure``: who left it, as the database says, which aborts it; ``replayer``: this process's
-    mechanisms, to spare replaying a log it already holds)."""
-    n = Negotiation(run, moves, model, read_prior, replayer)
-    if departure:
-        n.move.trace.append({"step": run["step"] or "opening", "aborted": departure})
-        n.close("rejected", departure)
-        return n.move
-    if run["step"] is None or run["asked_position"] is None:
-        n.ask_openings()
-        return n.move
-    waiting = list(run["waiting"])
-    got = {r.handle: r for r in replies if r.handle in waiting}
-    if not run["expired"] and any(h not in got for h in waiting):
-        return None
-    if run["step"] == "opening":
-        await n.opened(got)
-    elif run["step"] == "clarify":
-        await n.clarified(got)
-    else:
-        await n.moved(got)
-    return n.move
 
 
 def failed(flow: Mapping[str, Any], error: str) -> Move:

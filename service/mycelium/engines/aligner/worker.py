@@ -82,11 +82,6 @@ async def negotiate(w: EngineWorker, s: Mapping[str, Any]) -> None:
 async def step(w: EngineWorker, run: Mapping[str, Any]) -> bool:
     """Make the next move of a negotiation this worker holds, if it has one."""
     room = run["room"]
-    got = await w.verbs.call(NOBODY, "negotiation_log", room=room, run=run["id"])
-    replies = [
-        Reply(r["sender"], r["text"], r["payload"] or {}, str(r["id"]), r["position"])
-        for r in await w.verbs.call(NOBODY, "run_replies", room=room, run=run["id"])
-    ]
     model = None if isinstance(w.model, NoModel) else w.model
 
     async def read_prior(topic: str) -> Mapping[str, Any] | None:
@@ -103,14 +98,18 @@ async def step(w: EngineWorker, run: Mapping[str, Any]) -> bool:
             "episode_id": l9.get("episode_id"),
         }
 
+    n = negotiation.Negotiation(run, model, read_prior, REPLAYER)
+    got = await w.verbs.call(NOBODY, "negotiation_log", room=room, run=run["id"], after=n.after)
+    replies = [
+        Reply(r["sender"], r["text"], r["payload"] or {}, str(r["id"]), r["position"]) for r in got["replies"]
+    ]
     try:
-        move = await negotiation.advance(
-            run, replies, got["moves"], got["departure"], model, read_prior, REPLAYER
-        )
+        move = await n.advance(replies, got["moves"], got["departure"])
     except Exception as exc:  # a negotiation the aligner cannot go on with fails, on the record
         log.exception("negotiation %s cannot move", run["short_id"])
         move = negotiation.failed(run["flow"], f"{type(exc).__name__}: {exc}")
     if move is None:
+        n.kept(None)
         return False
     try:
         await w.apply(run, move)
@@ -119,4 +118,5 @@ async def step(w: EngineWorker, run: Mapping[str, Any]) -> bool:
             raise
         log.info("negotiation %s: its roster changed under the move (%s)", run["short_id"], r.message)
         return False
+    n.kept(move)
     return True
