@@ -137,13 +137,14 @@ ORDER BY t.position
 -- name: due_engine_runs
 -- the open runs a worker holds that have something to do now, oldest first (among :ids alone, when
 -- given): no question asked yet, its deadline passed (the database's clock), or every member it
--- waits for answered; each with the replies its question got (run_replies, in its order), so a
--- move is read in one round trip
+-- waits for answered; each with the replies its question got (run_replies, in its order: by
+-- member, then position), so a move is read in one round trip. (run_replies is inlined here: a
+-- WITH ORDINALITY would keep it a function scan planned without the run: 2.5 ms against 0.2-0.5)
 SELECT r.*, coalesce(r.deadline <= now(), false) AS expired, coalesce(got.replies, '[]') AS replies
 FROM mycelium.engine_runs r
 LEFT JOIN LATERAL (
-  SELECT jsonb_agg(to_jsonb(x) - 'ordinality' ORDER BY x.ordinality) AS replies, count(*) AS n
-  FROM mycelium.run_replies(r.room, r.id) WITH ORDINALITY x
+  SELECT jsonb_agg(to_jsonb(x) ORDER BY x.sender, x.position) AS replies, count(*) AS n
+  FROM mycelium.run_replies(r.room, r.id) x
 ) got ON true
 WHERE r.lease_owner = :worker AND r.state = 'open' AND r.lease_until > now()
   AND (CAST(:ids AS bigint[]) IS NULL OR r.id = ANY (CAST(:ids AS bigint[])))

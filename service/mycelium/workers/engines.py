@@ -121,8 +121,6 @@ class EngineWorker:
         )
         if len(rows) == SUMMON_BATCH:
             self.summoned = True  # more may wait
-        if rows:
-            self.everything = True  # a run started here is due at once
         for s in rows:
             try:
                 if s["outcome"] == "failed":  # the database gave it up: every attempt failed
@@ -132,6 +130,7 @@ class EngineWorker:
                 elif s["kind"] == "synthesizer":
                     await synthesis.answer(self.verbs, self.model, self.id, s)
                 elif s["kind"] == "aligner":
+                    self.everything = True  # the negotiation it may start is due at once
                     await aligner.negotiate(self, s)
                 else:
                     await self.play(s)
@@ -216,7 +215,7 @@ class EngineWorker:
             await self.answer(s, str(exc), "refused")
             return
         try:
-            await self.verbs.call(
+            started = await self.verbs.call(
                 engine(s["engine"]),
                 "start_engine_run",
                 room=s["room"],
@@ -231,6 +230,8 @@ class EngineWorker:
             if r.status not in (409, 422) or r.error == "summon_not_held":
                 raise
             await self.answer(s, r.message, "refused")
+            return
+        self.hinted.add(started["id"])  # due at once: its first question
 
     async def agreed(self, room: str, task: str) -> str:
         """The task's shared summary (accord's), which later runs on the task are shown."""
