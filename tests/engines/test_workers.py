@@ -228,3 +228,37 @@ async def test_a_worker_told_its_kinds_never_takes_a_run_of_another_kind(
         "SELECT state, seq, lease_owner FROM mycelium.engine_runs WHERE id = $1", negotiation
     )
     assert dict(left) == {"state": "open", "seq": 0, "lease_owner": None}
+
+
+async def test_only_a_reply_a_run_waits_for_hints_the_engine_workers(
+    admin_conn: asyncpg.Connection, db_dsn: str
+):
+    """mycelium_engines carries the run of a reply its question waits for, and nothing for the other
+    messages of the room: a member it does not wait for, another thread, the room's channel."""
+    await setup_room(admin_conn)
+    key, episode = await make_task(admin_conn, "atlas", "Hinted")
+    _, other = await make_task(admin_conn, "atlas", "Elsewhere")
+    asked = await admin_conn.fetchval("SELECT max(position) FROM mycelium.messages WHERE room = 'atlas'")
+    run = await admin_conn.fetchval(
+        "INSERT INTO mycelium.engine_runs (room, engine, episode, task_key, summon_id, protocol, flow, "
+        "asked_position, waiting) VALUES ('atlas', 'conductor', $1, $2, 0, 'gated', '{}', $3, '{nova}') "
+        "RETURNING id",
+        episode,
+        key,
+        asked,
+    )
+    listener = await asyncpg.connect(db_dsn)
+    heard: list[str] = []
+    await listener.add_listener("mycelium_engines", lambda *a: heard.append(a[-1]))
+    try:
+        for who, where in (("julia", episode), ("nova", other), ("nova", None)):
+            await admin_conn.execute("SELECT * FROM mycelium.reply('atlas', $1, 'hm', NULL, $2)", who, where)
+        await admin_conn.execute("SELECT * FROM mycelium.reply('atlas', 'nova', 'Draft', NULL, $1)", episode)
+
+        async def hinted() -> bool:
+            return bool(heard)
+
+        await eventually(hinted, timeout=5)
+        assert heard == [f"atlas\t{run}"]
+    finally:
+        await listener.close()
