@@ -7,10 +7,18 @@ same run, and how many runs two `mycelium worker` processes carry at once.
     (its /proc times over the steps). The limit: the same two members passing a message back and
     forth with nothing in between (post, the other's await wakes, it answers).
 (b) 100 runs at once across 2 worker processes: steps per second, step latency p50/p99, and
-    whether any question was posted twice.
+    whether any question was posted twice; twice: with members answering their turns one at a time
+    (one connection each, as before: the ~50 turns a member has open at once queue at the member,
+    and that queue is part of the latency measured), then with members answering up to
+    ``--member-conns`` turns at once (as many agents, or one agent's concurrent sessions, would).
+    Beside each, the hub's side alone, from the database's own timestamps: from a reply's insert to
+    the insert of the next question the conductor posted in its thread (it leaves out the member's
+    take and answer, and the question's commit).
 
 Members are asyncpg connections here (one LISTEN connection per process of members, as the hub's
-`await` has), replying through the database's own verbs. ``python bench/engines.py [--runs 100]``.
+`await` has), replying through the database's own verbs. CPU per step: the workers' (their /proc
+times) and the database server's (the postmaster and its backends; embedded server only).
+``python bench/engines.py [--runs 100] [--member-conns 8]``.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
@@ -45,13 +54,33 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class Members:
-    """Members answering every turn addressed to them: one connection each, one LISTEN connection for
-    all of them."""
+def server_cpu(postmaster: int | None) -> float:
+    """CPU seconds of the database server: the postmaster, its backends, and those that exited."""
+    if postmaster is None:
+        return 0.0
+    fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+    total = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                child = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(child[1]) == postmaster:
+                    total += (int(child[11]) + int(child[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
-    def __init__(self, dsn: str, handles: list[str]) -> None:
+
+class Members:
+    """Members answering every turn addressed to them, one LISTEN connection for all of them.
+
+    ``conns`` 1: each member takes a turn and answers it on one connection, one turn at a time, woken
+    by every hint (the bench as it was). ``conns`` > 1: each member takes its turns on one connection,
+    woken by the hints that name it, and answers up to ``conns`` of them at once, each on a connection
+    of its own."""
+
+    def __init__(self, dsn: str, handles: list[str], conns: int = 1) -> None:
         self.dsn = dsn
         self.handles = handles
+        self.conns = conns
         self.sent: dict[tuple[str, int], float] = {}   # (thread, turn answered) -> when the reply committed
         self.latency: list[float] = []                  # reply committed -> next question taken
         self._wakes = {h: asyncio.Event() for h in handles}
@@ -59,40 +88,71 @@ class Members:
     async def run(self, stop: asyncio.Event) -> None:
         listen = await asyncpg.connect(self.dsn)
 
-        def woke(*_: object) -> None:
-            for e in self._wakes.values():
-                e.set()
+        def woke(_c: object, _pid: int, _channel: str, payload: str) -> None:
+            named = payload.split("\t")[-1]
+            for h, e in self._wakes.items():
+                if self.conns == 1 or named == "*" or h in named.split(","):
+                    e.set()
         await listen.add_listener("mycelium_wakes", woke)
         try:
             await asyncio.gather(*(self._member(h, stop) for h in self.handles))
         finally:
             await listen.close()
 
+    def _turn(self, row: asyncpg.Record) -> int | None:
+        """The turn a taken message asks for (None: not a turn), its latency recorded."""
+        if row["sender"] == "system":
+            return None
+        payload = json.loads(row["payload"]) if isinstance(row["payload"], str) else row["payload"]
+        line = payload.get("conductor") or {}
+        if line.get("event") != "turn":
+            return None
+        before = self.sent.pop((row["episode"], line["turn"] - 1), None)
+        if before is not None:
+            self.latency.append(time.perf_counter() - before)
+        return int(line["turn"])
+
+    async def _answer(self, conn: asyncpg.Connection, handle: str, episode: str, turn: int) -> None:
+        await conn.execute("SELECT 1 FROM mycelium.reply($1, $2, 'ok', NULL, $3)", ROOM, handle, episode)
+        self.sent[(episode, turn)] = time.perf_counter()
+
     async def _member(self, handle: str, stop: asyncio.Event) -> None:
         work = await asyncpg.connect(self.dsn)
+        answering = [await asyncpg.connect(self.dsn) for _ in range(self.conns if self.conns > 1 else 0)]
+        free: asyncio.Queue[asyncpg.Connection] = asyncio.Queue()
+        for c in answering:
+            free.put_nowait(c)
         wake = self._wakes[handle]
+        replies: set[asyncio.Task[None]] = set()
+
+        async def answer(conn: asyncpg.Connection, episode: str, turn: int) -> None:
+            try:
+                await self._answer(conn, handle, episode, turn)
+            finally:
+                free.put_nowait(conn)
         try:
             while not stop.is_set():
+                conn = await free.get() if answering else work
                 wake.clear()
                 row = await work.fetchrow("SELECT * FROM mycelium.take_next($1, $2)", ROOM, handle)
-                if row is None:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(wake.wait(), 0.5)
+                turn = None if row is None else self._turn(row)
+                if turn is None:
+                    if answering:
+                        free.put_nowait(conn)
+                    if row is None:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(wake.wait(), 0.5)
                     continue
-                if row["sender"] == "system":
-                    continue
-                payload = json.loads(row["payload"]) if isinstance(row["payload"], str) else row["payload"]
-                line = payload.get("conductor") or {}
-                if line.get("event") != "turn":
-                    continue
-                before = self.sent.pop((row["episode"], line["turn"] - 1), None)
-                if before is not None:
-                    self.latency.append(time.perf_counter() - before)
-                await work.execute("SELECT 1 FROM mycelium.reply($1, $2, 'ok', NULL, $3)", ROOM, handle,
-                                   row["episode"])
-                self.sent[(row["episode"], line["turn"])] = time.perf_counter()
+                if answering:
+                    t = asyncio.create_task(answer(conn, row["episode"], turn))
+                    replies.add(t)
+                    t.add_done_callback(replies.discard)
+                else:
+                    await self._answer(work, handle, row["episode"], turn)
+            await asyncio.gather(*replies)
         finally:
-            await work.close()
+            for c in (work, *answering):
+                await c.close()
 
 
 async def raw_round_trip(dsn: str, hops: int) -> list[float]:
@@ -149,13 +209,51 @@ async def run_flows(conn: asyncpg.Connection, runs: int, rounds: int, members: l
     return episodes
 
 
-async def wait_closed(conn: asyncpg.Connection, n: int, timeout: float) -> float:
+async def wait_closed(conn: asyncpg.Connection, n: int, timeout: float, after: int = 0) -> float:
     start = time.perf_counter()
-    while await conn.fetchval("SELECT count(*) FROM mycelium.engine_runs WHERE state <> 'open'") < n:
+    while await conn.fetchval("SELECT count(*) FROM mycelium.engine_runs WHERE state <> 'open' AND id > $1",
+                              after) < n:
         if time.perf_counter() - start > timeout:
             raise TimeoutError("the runs did not close")
         await asyncio.sleep(0.05)
     return time.perf_counter() - start
+
+
+async def hub_side(conn: asyncpg.Connection, members: list[str], after: int) -> list[float]:
+    """Per question of the runs after the first: from the insert of the member's reply before it in
+    its thread to the question's insert (the database's clock_timestamp of each)."""
+    rows = await conn.fetch(
+        """SELECT extract(epoch FROM q.created_at - rep.created_at)::float8 AS s
+           FROM mycelium.engine_posts p JOIN mycelium.messages q ON q.room = p.room AND q.id = p.message_id
+           CROSS JOIN LATERAL (SELECT m.created_at FROM mycelium.messages m
+                               WHERE m.room = q.room AND m.episode = q.episode AND m.position < q.position
+                                 AND m.sender = ANY ($1::text[]) AND m.payload_type = 'reply'
+                               ORDER BY m.position DESC LIMIT 1) rep
+           WHERE p.event = 'turn' AND p.run_id > $2""", members, after)
+    return [r["s"] for r in rows]
+
+
+async def many_runs(conn: asyncpg.Connection, dsn: str, postmaster: int | None, workers: list[subprocess.Popen[bytes]],
+                    runs: int, members: list[str], conns: int) -> dict[str, Any]:
+    """(b) once: ``runs`` runs at once, members answering ``conns`` turns at once each."""
+    first = await conn.fetchval("SELECT coalesce(max(id), 0) FROM mycelium.engine_runs")
+    team = Members(dsn, members, conns)
+    stop = asyncio.Event()
+    task = asyncio.create_task(team.run(stop))
+    cpus = [cpu_seconds(p.pid) for p in workers]
+    db0 = server_cpu(postmaster)
+    load0 = os.getloadavg()[0]
+    started = time.perf_counter()
+    await run_flows(conn, runs, 5, members)
+    await wait_closed(conn, runs, 600, first)
+    elapsed = time.perf_counter() - started
+    stop.set()
+    await task
+    steps = await conn.fetchval("SELECT count(*) FROM mycelium.engine_trace WHERE run_id > $1", first)
+    cpu = sum(cpu_seconds(p.pid) - c for p, c in zip(workers, cpus, strict=True)) / max(steps, 1)
+    db = (server_cpu(postmaster) - db0) / max(steps, 1)
+    return {"latency": team.latency, "hub": await hub_side(conn, members, first), "steps": steps, "elapsed": elapsed,
+            "cpu": cpu, "db": db, "load": (load0, os.getloadavg()[0])}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -167,6 +265,8 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--steps", type=int, default=100, help="steps of the single run (a)")
+    ap.add_argument("--member-conns", type=int, default=8,
+                    help="turns each member answers at once in (b)'s second round (the first: 1)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-engines-"))
@@ -181,52 +281,51 @@ async def main() -> None:
         members = Members(db.dsn, ["ann", "bob"])
         stop = asyncio.Event()
         task = asyncio.create_task(members.run(stop))
-        cpu0 = cpu_seconds(worker.pid)
+        cpu0, db0 = cpu_seconds(worker.pid), server_cpu(db.postmaster)
         await run_flows(conn, 1, args.steps // 2, ["ann", "bob"])
         await wait_closed(conn, 1, 300)
         cpu_a = (cpu_seconds(worker.pid) - cpu0) / args.steps
+        db_a = (server_cpu(db.postmaster) - db0) / args.steps
         single = list(members.latency)
         stop.set()
         await task
 
-        # (b) many runs, two workers
-        second = start_worker(db.dsn, folder, "w1")
-        members_b = Members(db.dsn, ["cy", "dee"])
-        stop_b = asyncio.Event()
-        task_b = asyncio.create_task(members_b.run(stop_b))
-        cpus = [cpu_seconds(p.pid) for p in (worker, second)]
-        started = time.perf_counter()
-        await run_flows(conn, args.runs, 5, ["cy", "dee"])
-        await wait_closed(conn, 1 + args.runs, 600)
-        elapsed = time.perf_counter() - started
-        stop_b.set()
-        await task_b
-        steps_b = await conn.fetchval("SELECT count(*) FROM mycelium.engine_trace WHERE run_id > 1")
+        # (b) many runs, two workers: members one turn at a time, then several at once
+        workers = [worker, start_worker(db.dsn, folder, "w1")]
+        serial = await many_runs(conn, db.dsn, db.postmaster, workers, args.runs, ["cy", "dee"], 1)
+        wide = await many_runs(conn, db.dsn, db.postmaster, workers, args.runs, ["eve", "fay"], args.member_conns)
         dup = await conn.fetchval(
             "SELECT count(*) FROM (SELECT run_id, turn FROM mycelium.engine_posts WHERE event = 'turn' "
             "GROUP BY 1, 2 HAVING count(*) > 1) d")
-        cpu_b = sum(cpu_seconds(p.pid) - c for p, c in zip((worker, second), cpus, strict=True)) / max(steps_b, 1)
-        for p in (worker, second):
+        for p in workers:
             p.terminate()
             p.wait(timeout=30)
         await conn.close()
 
     raw_ms = statistics.median(raw) * 1000
+    dbms = (lambda v: f"{v * 1000:.1f}") if db.postmaster else (lambda v: "-")
     rows = [
-        ["raw post -> await round trip (the limit)", f"{raw_ms:.1f}", f"{pct(raw, 0.99):.1f}", "-", len(raw)],
+        ["raw post -> await round trip (the limit)", f"{raw_ms:.1f}", f"{pct(raw, 0.99):.1f}", "-", "-", len(raw)],
         ["(a) one conductor step, 1 worker", f"{statistics.median(single) * 1000:.1f}", f"{pct(single, 0.99):.1f}",
-         f"{cpu_a * 1000:.1f}", len(single)],
-        [f"(b) {args.runs} runs at once, 2 workers", f"{statistics.median(members_b.latency) * 1000:.1f}",
-         f"{pct(members_b.latency, 0.99):.1f}", f"{cpu_b * 1000:.1f}", len(members_b.latency)],
+         f"{cpu_a * 1000:.1f}", dbms(db_a), len(single)],
     ]
+    for label, b in ((f"(b) {args.runs} runs at once, 2 workers, members 1 turn at a time", serial),
+                     (f"(b) {args.runs} runs at once, 2 workers, members {args.member_conns} turns at once", wide)):
+        rows.append([label, f"{statistics.median(b['latency']) * 1000:.1f}", f"{pct(b['latency'], 0.99):.1f}",
+                     f"{b['cpu'] * 1000:.1f}", dbms(b["db"]), len(b["latency"])])
+        rows.append(["  its hub side: reply inserted -> next question inserted",
+                     f"{statistics.median(b['hub']) * 1000:.1f}", f"{pct(b['hub'], 0.99):.1f}", "", "", len(b["hub"])])
+    rates = "; ".join(f"{b['steps']} steps in {b['elapsed']:.1f} s = {b['steps'] / b['elapsed']:.0f} steps/s "
+                      f"(load {b['load'][0]:.1f} -> {b['load'][1]:.1f})" for b in (serial, wide))
     text = (f"## Engines on workers (`bench/engines.py`) — {stamp()}\n\n{machine()}; PostgreSQL embedded; "
             "members are asyncpg connections replying through `mycelium.reply`, woken by `mycelium_wakes`.\n\n"
-            + table(["path", "p50 ms", "p99 ms", "worker CPU ms/step", "samples"], rows)
-            + f"\n\n(b): {steps_b} steps in {elapsed:.1f} s = {steps_b / elapsed:.0f} steps/s; "
-            f"questions posted twice: {dup}. A step's latency is from the member's reply committing to the "
-            "next question in a member's hands; the raw round trip is one post woken and taken.\n\n"
+            + table(["path", "p50 ms", "p99 ms", "worker CPU ms/step", "database CPU ms/step", "samples"], rows)
+            + f"\n\n(b): {rates}; questions posted twice: {dup}. A step's latency is from the member's reply "
+            "committing to the next question in a member's hands; the raw round trip is one post woken and "
+            "taken. The hub side is read from the messages' own timestamps afterwards.\n\n"
             f"Against issue 10's targets: a step costs {statistics.median(single) / statistics.median(raw):.1f}x "
-            f"the raw round trip at p50 (target ≤ 2x); 100 runs: p99 {pct(members_b.latency, 0.99):.0f} ms "
+            f"the raw round trip at p50 (target ≤ 2x); 100 runs: p99 {pct(serial['latency'], 0.99):.0f} ms with "
+            f"members one turn at a time, {pct(wide['latency'], 0.99):.0f} ms with {args.member_conns} at once "
             f"(target ≤ 250 ms); duplicated posts {dup} (target 0). Load average when it ended: "
             f"{os.getloadavg()[0]:.1f} on this shared machine.\n")
     print(text)

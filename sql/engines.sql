@@ -169,16 +169,30 @@ CREATE OR REPLACE TRIGGER messages_admit_engine BEFORE INSERT ON mycelium.messag
 
 -- Record the summons a message makes, in its own transaction. A text @-mention of a registered
 -- engine summons it (unless an engine wrote the text); a persona is also summoned by a message
--- addressed to it (its recipients), as a conductor's turn is. (The workers wake on the message's own
--- hint; mycelium_engines names the room, for a process that waits on summons alone.)
+-- addressed to it (its recipients), as a conductor's turn is. The engine workers wait on
+-- mycelium_engines alone: a summon hints the room's name there; a message from a member an open run
+-- of the thread waits for, after its question, hints '<room>\t<run id>' (the worker holding the run
+-- reads whether it is due: run_replies and due_engine_runs). Other messages wake no engine worker.
 CREATE OR REPLACE FUNCTION mycelium.messages_summon_engines() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   from_engine boolean;
   me text;
   hinted text;
+  waited bigint;
 BEGIN
-  IF (cardinality(NEW.mentions) = 0 AND cardinality(NEW.recipients) = 0) OR NEW.kind <> 'exchange'
-     OR coalesce(NEW.subkind, '') = 'amend' OR NEW.payload_type IN ('ping', 'notice', 'presence', 'keepalive') THEN
+  IF NEW.kind <> 'exchange' OR coalesce(NEW.subkind, '') = 'amend'
+     OR NEW.payload_type IN ('ping', 'notice', 'presence', 'keepalive') THEN
+    RETURN NULL;
+  END IF;
+  IF NEW.payload_type IN ('message', 'reply') THEN
+    SELECT r.id INTO waited FROM mycelium.engine_runs r
+    WHERE r.room = NEW.room AND r.episode = NEW.episode AND r.state = 'open'
+      AND NEW.position > r.asked_position AND mycelium.normalize_handle(NEW.sender) = ANY (r.waiting);
+    IF waited IS NOT NULL THEN
+      hinted := mycelium.wake_hint('mycelium_engines', NEW.room || E'\t' || waited);
+    END IF;
+  END IF;
+  IF cardinality(NEW.mentions) = 0 AND cardinality(NEW.recipients) = 0 THEN
     RETURN NULL;
   END IF;
   IF NOT EXISTS (SELECT 1 FROM mycelium.engines e WHERE e.room = NEW.room) THEN
@@ -432,9 +446,10 @@ BEGIN
 END
 $$;
 
--- Take up to p_limit open runs whose lease is free or ran out, for p_worker.
+-- Take up to p_limit open runs of the given kinds (NULL: every kind) whose lease is free or ran
+-- out, for p_worker.
 CREATE OR REPLACE FUNCTION mycelium.claim_engine_runs(
-  p_worker text, p_limit integer, p_lease_seconds double precision
+  p_worker text, p_limit integer, p_lease_seconds double precision, p_kinds text[] DEFAULT NULL
 ) RETURNS SETOF mycelium.engine_runs LANGUAGE plpgsql AS $$
 BEGIN
   RETURN QUERY
@@ -442,6 +457,7 @@ BEGIN
   SET lease_owner = p_worker, lease_until = now() + make_interval(secs => p_lease_seconds)
   FROM (SELECT x.room, x.id FROM mycelium.engine_runs x
         WHERE x.state = 'open' AND (x.lease_until IS NULL OR x.lease_until < now())
+          AND (p_kinds IS NULL OR x.kind = ANY (p_kinds))
         ORDER BY x.id LIMIT p_limit FOR UPDATE SKIP LOCKED) pick
   WHERE r.room = pick.room AND r.id = pick.id
   RETURNING r.*;

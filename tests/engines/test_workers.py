@@ -184,3 +184,81 @@ async def test_a_run_the_conductor_cannot_walk_fails_on_the_record_and_the_loop_
     agents("julia", lambda text: "Yes [[mycelium: stance=accept]]" if "· review ·" in text else None)
     await coordinate(admin_conn, "atlas", key2, "review @nova @julia: y")
     assert (await closed_run(admin_conn, "atlas", episode2))["state"] == "resolved"
+
+
+async def test_a_worker_told_its_kinds_never_takes_a_run_of_another_kind(
+    admin_conn: asyncpg.Connection, engine_workers, agents
+):
+    """A conductor-only worker takes over a conductor's run whose lease is free, and leaves an open
+    negotiation (an aligner's run with no worker) alone, however often it claims."""
+    await setup_room(admin_conn)
+    key, episode = await make_task(admin_conn, "atlas", "Negotiate the price")
+    key2, episode2 = await make_task(admin_conn, "atlas", "Ship it")
+    negotiation = await admin_conn.fetchval(
+        "INSERT INTO mycelium.engine_runs (room, engine, kind, episode, task_key, summon_id, protocol, flow) "
+        "VALUES ('atlas', 'aligner', 'aligner', $1, $2, 0, 'negotiate', '{}') RETURNING id",
+        episode,
+        key,
+    )
+    worker = engine_workers(MYCELIUM_ENGINE_KINDS="conductor", **ENV)
+    worker.wait_ready()
+    nova_rule, _ = gated_rules()
+    agents("nova", nova_rule)
+    await coordinate(admin_conn, "atlas", key2, "gated @nova @julia: ship it")
+
+    async def checking():
+        r = await run_of(admin_conn, "atlas", episode2)
+        return r if r is not None and r["step"] == "check" and r["asked_position"] else None
+
+    before = await eventually(checking)
+    # its lease given back (as a worker that stops gives it): only a claim takes the run again
+    await admin_conn.execute(
+        "UPDATE mycelium.engine_runs SET lease_owner = NULL, lease_until = NULL WHERE id = $1", before["id"]
+    )
+    await admin_conn.execute(
+        "SELECT * FROM mycelium.reply('atlas', 'julia', 'Ship it [[mycelium: stance=accept]]', NULL, $1)",
+        episode2,
+    )
+    run = await closed_run(admin_conn, "atlas", episode2, timeout=60)
+    assert run["state"] == "resolved"
+    trace = await trace_of(admin_conn, "atlas", run["id"])
+    assert [t["step"] for t in trace] == ["propose", "check"]
+    assert {t["worker"].split(":")[1] for t in trace} == {str(worker.proc.pid)}
+    left = await admin_conn.fetchrow(
+        "SELECT state, seq, lease_owner FROM mycelium.engine_runs WHERE id = $1", negotiation
+    )
+    assert dict(left) == {"state": "open", "seq": 0, "lease_owner": None}
+
+
+async def test_only_a_reply_a_run_waits_for_hints_the_engine_workers(
+    admin_conn: asyncpg.Connection, db_dsn: str
+):
+    """mycelium_engines carries the run of a reply its question waits for, and nothing for the other
+    messages of the room: a member it does not wait for, another thread, the room's channel."""
+    await setup_room(admin_conn)
+    key, episode = await make_task(admin_conn, "atlas", "Hinted")
+    _, other = await make_task(admin_conn, "atlas", "Elsewhere")
+    asked = await admin_conn.fetchval("SELECT max(position) FROM mycelium.messages WHERE room = 'atlas'")
+    run = await admin_conn.fetchval(
+        "INSERT INTO mycelium.engine_runs (room, engine, episode, task_key, summon_id, protocol, flow, "
+        "asked_position, waiting) VALUES ('atlas', 'conductor', $1, $2, 0, 'gated', '{}', $3, '{nova}') "
+        "RETURNING id",
+        episode,
+        key,
+        asked,
+    )
+    listener = await asyncpg.connect(db_dsn)
+    heard: list[str] = []
+    await listener.add_listener("mycelium_engines", lambda *a: heard.append(a[-1]))
+    try:
+        for who, where in (("julia", episode), ("nova", other), ("nova", None)):
+            await admin_conn.execute("SELECT * FROM mycelium.reply('atlas', $1, 'hm', NULL, $2)", who, where)
+        await admin_conn.execute("SELECT * FROM mycelium.reply('atlas', 'nova', 'Draft', NULL, $1)", episode)
+
+        async def hinted() -> bool:
+            return bool(heard)
+
+        await eventually(hinted, timeout=5)
+        assert heard == [f"atlas\t{run}"]
+    finally:
+        await listener.close()

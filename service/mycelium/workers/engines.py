@@ -5,13 +5,18 @@ Every process may run it; the database shares the work out. Each pass:
 1. takes pending summons (``claim_engine_summons``, SKIP LOCKED, a lease of its own) and answers
    each: the conductor's ``list``/``show``, a refusal in place, or a run started
    (``start_engine_run``); a persona's turn or a synthesis through the model seam (``answer_summon``);
-2. renews the leases of the runs it holds and takes runs whose lease is free or ran out
-   (``claim_engine_runs``): a run whose worker died is taken over here;
-3. moves each run it holds that has something to do (``due_engine_runs``): the conductor's pure
-   core computes the move from what the database says, and ``engine_step`` applies it in one
-   transaction, compared and swapped on the run's seq and lease, so a move is made once.
+2. renews the leases of the runs it holds and takes runs of its kinds whose lease is free or ran
+   out (``claim_engine_runs``): a run whose worker died is taken over here;
+3. moves each run it holds that has something to do (``due_engine_runs``, which brings the replies
+   along): the conductor's pure core computes the move from what the database says, and
+   ``engine_step`` applies it in one transaction, compared and swapped on the run's seq and lease,
+   so a move is made once.
 
-It then waits for a hint (a summon, a message) or ``POLL_SECONDS``. ``MYCELIUM_ENGINE_KINDS``
+It then waits on ``mycelium_engines``, where the database hints a summon (the room) and a reply a
+run waits for (the room and the run): a reply wakes the worker holding its run, which reads that
+run alone; other messages wake no engine worker. It also wakes at the earliest deadline of the runs
+it holds, and every ``POLL_SECONDS`` it reads everything again (summons, every run it holds), so a
+hint lost between processes costs a delay, never a move. ``MYCELIUM_ENGINE_KINDS``
 (``conductor,persona,aligner,synthesizer``) narrows the kinds this process plays;
 ``MYCELIUM_ENGINE_LEASE_SECONDS`` is how long a run stays with a worker that stopped renewing it.
 """
@@ -40,11 +45,14 @@ from mycelium.workers.loop import Loop, LoopContext
 
 log = logging.getLogger("mycelium.engines")
 
-POLL_SECONDS = 0.25
+#: the hint channel of the engine workers (sql/engines.sql: messages_summon_engines)
+CHANNEL = "mycelium_engines"
+#: every this many seconds a worker reads all its work again, hinted or not
+POLL_SECONDS = 2.0
 SUMMON_BATCH = 20
 RUN_CAPACITY = 500
-#: runs moved at once by one process (each on a pooled connection)
-MOVES_AT_ONCE = 4
+#: runs moved at once by one process (each on a pooled connection; the pool holds 20)
+MOVES_AT_ONCE = 12
 
 
 def _float_env(name: str, default: float) -> float:
@@ -81,10 +89,28 @@ class EngineWorker:
         self.step_timeout = step_timeout
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.model = model_from_env()
+        self.summoned = True  # a summon was hinted (or a hint may have been lost): read the summons
+        self.hinted: set[int] = set()  # runs to read again: a reply came, or this worker moved them
+        self.everything = True  # read every run this worker holds on the next pass
+        self.woken = asyncio.Event()
+        self.deadline = time.monotonic()  # when the earliest deadline of the runs held passes
+
+    def on_hint(self, _channel: str, payload: str) -> None:
+        """A hint on :data:`CHANNEL`: '<room>' for a summon, '<room>\\t<run id>' for a reply a run
+        waits for; '' (the listener reconnected, hints may be lost): everything."""
+        _room, sep, run = payload.partition("\t")
+        if sep and run.isdigit():
+            self.hinted.add(int(run))
+        else:
+            self.summoned = True
+            if not payload:
+                self.everything = True
+        self.woken.set()
 
     # -- summons ------------------------------------------------------------------------------
 
     async def take_summons(self) -> int:
+        self.summoned = False
         rows = await self.verbs.call(
             NOBODY,
             "claim_engine_summons",
@@ -93,6 +119,8 @@ class EngineWorker:
             lease_seconds=self.lease,
             kinds=self.kinds,
         )
+        if len(rows) == SUMMON_BATCH:
+            self.summoned = True  # more may wait
         for s in rows:
             try:
                 if s["outcome"] == "failed":  # the database gave it up: every attempt failed
@@ -102,6 +130,7 @@ class EngineWorker:
                 elif s["kind"] == "synthesizer":
                     await synthesis.answer(self.verbs, self.model, self.id, s)
                 elif s["kind"] == "aligner":
+                    self.everything = True  # the negotiation it may start is due at once
                     await aligner.negotiate(self, s)
                 else:
                     await self.play(s)
@@ -186,7 +215,7 @@ class EngineWorker:
             await self.answer(s, str(exc), "refused")
             return
         try:
-            await self.verbs.call(
+            started = await self.verbs.call(
                 engine(s["engine"]),
                 "start_engine_run",
                 room=s["room"],
@@ -201,6 +230,8 @@ class EngineWorker:
             if r.status not in (409, 422) or r.error == "summon_not_held":
                 raise
             await self.answer(s, r.message, "refused")
+            return
+        self.hinted.add(started["id"])  # due at once: its first question
 
     async def agreed(self, room: str, task: str) -> str:
         """The task's shared summary (accord's), which later runs on the task are shown."""
@@ -228,34 +259,65 @@ class EngineWorker:
     async def take_runs(self) -> None:
         await self.verbs.call(NOBODY, "renew_engine_runs", worker=self.id, lease_seconds=self.lease)
         if {"conductor", "aligner"} & set(self.kinds):  # the kinds that run (a persona answers)
-            await self.verbs.call(
-                NOBODY, "claim_engine_runs", worker=self.id, limit=RUN_CAPACITY, lease_seconds=self.lease
+            taken = await self.verbs.call(
+                NOBODY,
+                "claim_engine_runs",
+                worker=self.id,
+                limit=RUN_CAPACITY,
+                lease_seconds=self.lease,
+                kinds=self.kinds,
             )
+            if taken:
+                self.everything = True  # taken over: due now, perhaps, and no hint will say so
 
     async def move_runs(self) -> int:
-        """Move every run that has something to do, a few at a time (each move is its own
-        transaction on its own connection; runs are independent)."""
+        """Move the runs that have something to do, a few at a time (each move is its own
+        transaction on its own connection; runs are independent): every run this worker holds when
+        it reads everything, else the hinted ones. A run moved is read again on the next pass (the
+        database says whether it is due again)."""
+        everything, self.everything = self.everything, False
+        ids, self.hinted = self.hinted, set()
+        if not everything and not ids:
+            return 0
         gate = asyncio.Semaphore(MOVES_AT_ONCE)
 
         async def one(run: Mapping[str, Any]) -> bool:
             async with gate:
                 try:
-                    return await self.step(run)
+                    moved = await self.step(run)
                 except Refusal as r:
                     if r.error not in ("lease_lost", "step_moved", "run_closed"):
                         raise
                     log.info("run %s: %s", run["short_id"], r.message)
                     return False
+                if moved:
+                    self.hinted.add(run["id"])
+                return moved
 
-        due = await self.verbs.call(NOBODY, "due_engine_runs", worker=self.id)
-        return sum(await asyncio.gather(*(one(run) for run in due)))
+        due = await self.verbs.call(
+            NOBODY, "due_engine_runs", worker=self.id, ids=None if everything else sorted(ids)
+        )
+        moved = sum(await asyncio.gather(*(one(run) for run in due)))
+        if everything:
+            wait = await self.verbs.call(NOBODY, "next_engine_deadline", worker=self.id)
+            if wait is None:
+                wait = POLL_SECONDS
+            elif wait <= 0:  # a run past its deadline did not move in this pass: look again soon
+                wait = 0.25
+            self.deadline = time.monotonic() + wait + 0.01
+        return moved
+
+    def expect(self, wait_seconds: float | None) -> None:
+        """A move set a deadline this many seconds from now: wake then (to read everything)."""
+        if wait_seconds is not None:
+            self.deadline = min(self.deadline, time.monotonic() + wait_seconds)
 
     async def step(self, run: Mapping[str, Any]) -> bool:
         if run["kind"] == "aligner":
             return await aligner.step(self, run)
         replies = [
             conductor.Reply(r["sender"], r["text"], r["payload"] or {}, str(r["id"]), r["position"])
-            for r in await self.verbs.call(NOBODY, "run_replies", room=run["room"], run=run["id"])
+            for r in run["replies"]
         ]
         state = conductor.RunState(
             run["step"],
@@ -299,6 +361,8 @@ class EngineWorker:
             memory=move.memory or None,
             assignments=move.assignments,
         )
+        if move.close is None:
+            self.expect(move.wait_seconds)
 
     async def vectors(
         self, pending: Mapping[str, Any], replies: list[conductor.Reply]
@@ -330,22 +394,33 @@ async def run_engines(ctx: LoopContext) -> None:
         hub.embedder,
     )
     wakes = hub.wakes
-    await wakes.listen("mycelium_messages")
+    await wakes.listen(CHANNEL)
+    unsubscribe = wakes.on(CHANNEL, worker.on_hint)
     log.info("engines: worker %s plays %s", worker.id, ", ".join(worker.kinds))
-    renewed = 0.0
+    renewed = polled = time.monotonic() - worker.lease
     try:
         while True:
-            busy = await worker.take_summons()
+            worker.woken.clear()
+            now = time.monotonic()
+            if now - polled >= POLL_SECONDS or now >= worker.deadline:
+                worker.summoned = worker.everything = True
+                worker.deadline = now + POLL_SECONDS
+                polled = now
+            if worker.summoned:
+                await worker.take_summons()
             if time.monotonic() - renewed > worker.lease / 3:
                 await worker.take_runs()
                 renewed = time.monotonic()
-            busy += await worker.move_runs()
+            await worker.move_runs()
             ctx.succeeded()
-            if not busy:
-                await wakes.wait("mycelium_messages", POLL_SECONDS)
+            if not (worker.summoned or worker.everything or worker.hinted):
+                until = min(polled + POLL_SECONDS, worker.deadline, renewed + worker.lease / 3)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(worker.woken.wait(), max(until - time.monotonic(), 0.0))
     finally:
+        unsubscribe()
         with contextlib.suppress(Exception):
             await asyncio.shield(worker.release())
 
 
-ENGINES = Loop("engines", run_engines, interval=POLL_SECONDS * 20)
+ENGINES = Loop("engines", run_engines, interval=5.0)
