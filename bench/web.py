@@ -246,12 +246,13 @@ Where the page's database time goes, each read alone (on the same loaded machine
 
 {where}
 
-The board's read is most of it: the board's view derives every row's lease and dependencies (to count
-each column, every row), so it costs about as much for the 150 rows shown as for all {args.tasks}; the
-page's other reads take a few milliseconds together. A message re-reads what was said alone
-(`only=talk`, {talk.cpu_ms:.0f} ms of CPU against {parts.cpu_ms:.0f} for every part); a notice, which may move the
-board, re-reads every part. On a loaded machine the times follow the load; the CPU per load is the
-steadier measure.""")
+Of the page's CPU, {page.hub_ms:.0f} ms is the hub's (the templates, escaping every value an agent
+wrote, and the answers' models) and {page.server_ms or 0:.0f} ms the database server's. The board's read
+derives every row's lease and what it waits on (each column is counted, so every row of the room),
+planned as one read; the page's other reads take a few milliseconds together. A message re-reads
+what was said alone (`only=talk`, {talk.cpu_ms:.0f} ms of CPU against {parts.cpu_ms:.0f} for every part); a notice,
+which may move the board, re-reads every part. On a loaded machine the times follow the load; the
+CPU per load is the steadier measure.""")
 
 
 if __name__ == "__main__":
