@@ -8,15 +8,12 @@ FROM mycelium.start_negotiation(mycelium.acting(:room, :actor, :actor_kind, :def
 
 -- name: negotiation_log
 -- returns: row
--- what a negotiation's move reads, in one round trip: the moves recorded after trace turn :after (in
--- turn order; 0: the whole log; the trace is append-only, so a worker holding the mechanism at a
--- turn reads only what came after it), the replies its question got (run_replies) and who left it,
--- if anyone did (NULL while every member is still in: negotiation_departure)
+-- what a negotiation's move reads beside its run and replies (due_engine_runs), in one round trip:
+-- the moves recorded after trace turn :after (in turn order; 0: the whole log; the trace is
+-- append-only, so a worker holding the mechanism at a turn reads only what came after it) and who
+-- left it, if anyone did (NULL while every member is still in: negotiation_departure)
 SELECT coalesce((SELECT jsonb_agg(t.entry ORDER BY t.turn) FROM mycelium.engine_trace t
                  WHERE t.room = r.room AND t.run_id = r.id AND t.turn > :after), '[]') AS moves,
-       coalesce((SELECT jsonb_agg(jsonb_build_object('sender', x.sender, 'id', x.id, 'position', x.position,
-                                                     'text', x.text, 'payload', x.payload))
-                 FROM mycelium.run_replies(r.room, r.id) x), '[]') AS replies,
        mycelium.negotiation_departure(r.room, r.id) AS departure
 FROM mycelium.engine_runs r WHERE r.room = :room AND r.id = :run
 

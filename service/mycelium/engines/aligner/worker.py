@@ -100,8 +100,8 @@ async def step(w: EngineWorker, run: Mapping[str, Any]) -> bool:
 
     n = negotiation.Negotiation(run, model, read_prior, REPLAYER)
     got = await w.verbs.call(NOBODY, "negotiation_log", room=room, run=run["id"], after=n.after)
-    replies = [
-        Reply(r["sender"], r["text"], r["payload"] or {}, str(r["id"]), r["position"]) for r in got["replies"]
+    replies = [  # what its question got, read with the run (due_engine_runs)
+        Reply(r["sender"], r["text"], r["payload"] or {}, str(r["id"]), r["position"]) for r in run["replies"]
     ]
     try:
         move = await n.advance(replies, got["moves"], got["departure"])
