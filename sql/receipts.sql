@@ -218,16 +218,6 @@ CREATE OR REPLACE TRIGGER receipt_signatures_append_only BEFORE UPDATE OR DELETE
 CREATE OR REPLACE TRIGGER receipt_signatures_no_truncate BEFORE TRUNCATE ON mycelium.receipt_signatures
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.receipts_append_only();
 
--- Receipts were once appended by an AFTER trigger of their own (transitions_receipt); the guard
--- appends them now. A database migrated from scratch re-creates that trigger from an older
--- revision's code in the same transaction as this file, so it is dropped here by name.
-DO $$
-BEGIN
-  DROP TRIGGER IF EXISTS transitions_receipt ON mycelium.transitions;
-  DROP FUNCTION IF EXISTS mycelium.transitions_receipt();
-END
-$$;
-
 -- ---------------------------------------------------------------------------------------------
 -- Keys and signatures (written by the hub, which holds the private key).
 

@@ -237,27 +237,11 @@ BEGIN
     -- row as it will be written (this is the only BEFORE trigger, and it has set every column). The lane
     -- is the request id's; a receipt that follows an earlier one of the same attempt (a release after
     -- the outcome: receipt_ref still names it) takes that receipt's lane, so one transition's receipts
-    -- share a lane even if the lane count changed in between. The chain itself is computed by the
-    -- receipts' own trigger (receipts.sql), whoever inserts.
-    IF NEW.terminal_outcome <> 'IN_FLIGHT' AND NEW.terminal_outcome <> OLD.terminal_outcome
-       AND NEW.operator_resolution IS NOT DISTINCT FROM OLD.operator_resolution THEN
-      -- the common case (an outcome): no release fields
-      IF OLD.receipt_ref IS NOT NULL THEN
-        SELECT r.lane INTO lane FROM mycelium.receipts r WHERE r.id = substr(OLD.receipt_ref, 6)::bigint;
-      END IF;
-      INSERT INTO mycelium.receipts (
-        agent_id, lane, seq, kind, action, request_id, transition_key, side_effect_class, policy_version,
-        inputs_hash, outputs_hash, outcome, boundary, fence, external_operation_ref, error, started_at,
-        finished_at, hash)
-      VALUES (
-        NEW.agent_id, lane, 1, NEW.kind, NEW.tool, NEW.request_id, NEW.transition_key, NEW.side_effect_class,
-        NEW.policy_version, NEW.args_hash,
-        CASE WHEN NEW.result IS NOT NULL THEN encode(sha256(convert_to(NEW.result::text, 'UTF8')), 'hex') END,
-        NEW.terminal_outcome, NEW.side_effect_boundary, NEW.fence, NEW.external_operation_ref, NEW.error,
-        NEW.started_at, NEW.finished_at, '\x')
-      RETURNING receipt_id INTO NEW.receipt_ref;
-    ELSIF (NEW.terminal_outcome <> 'IN_FLIGHT' AND NEW.terminal_outcome <> OLD.terminal_outcome)
-          OR (NEW.operator_resolution IS NOT NULL AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution) THEN
+    -- share a lane even if the lane count changed in between. A release's receipt (kind release) also
+    -- carries who verified it and why; an outcome's leaves those empty. The chain itself is computed by
+    -- the receipts' own trigger (receipts.sql), whoever inserts.
+    IF (NEW.terminal_outcome <> 'IN_FLIGHT' AND NEW.terminal_outcome <> OLD.terminal_outcome)
+       OR (NEW.operator_resolution IS NOT NULL AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution) THEN
       released := NEW.operator_resolution IS NOT NULL AND NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution;
       IF OLD.receipt_ref IS NOT NULL THEN
         SELECT r.lane INTO lane FROM mycelium.receipts r WHERE r.id = substr(OLD.receipt_ref, 6)::bigint;

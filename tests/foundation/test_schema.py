@@ -12,6 +12,7 @@ from alembic.script import ScriptDirectory
 
 from mycelium.db import migrate, schema
 from mycelium.paths import sql_dir
+from tests.support.catalogue import catalogue, differences, install
 
 
 def test_the_splitter_keeps_semicolons_inside_quotes_comments_and_bodies():
@@ -46,26 +47,6 @@ def test_the_revision_history_is_one_line_that_alembic_and_the_installer_agree_o
     walked = [r.revision for r in script.walk_revisions()][::-1]
     assert tuple(walked) == schema.revisions()
     assert script.get_current_head() == schema.head() == migrate.head_revision()
-
-
-async def catalogue(dsn: str) -> set[tuple[str, str, str]]:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return {tuple(r) for r in await conn.fetch("SELECT kind, name, definition FROM mycelium.schema_catalogue()")}
-    finally:
-        await conn.close()
-
-
-def differences(a: set, b: set) -> list[str]:
-    return [f"only in the first: {r}" for r in sorted(a - b)] + [f"only in the second: {r}" for r in sorted(b - a)]
-
-
-async def install(dsn: str) -> str:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return await schema.install(conn)
-    finally:
-        await conn.close()
 
 
 async def test_a_fresh_build_from_sql_equals_every_revision_applied(pg_server, empty_dsn, db_dsn):
@@ -115,6 +96,30 @@ async def test_an_upgrade_drops_code_that_sql_no_longer_defines(db_dsn):
         assert await conn.fetchval("SELECT mycelium.schema_fingerprint()") != before
     finally:
         await conn.close()
+
+
+async def test_code_an_older_revision_created_in_the_same_transaction_is_dropped_too(db_dsn):
+    # A migration from scratch runs every revision and then the code in one transaction: what an
+    # older revision's frozen SQL defined there (the trigger transitions_receipt, once) is as new as
+    # what the code re-creates, and must go all the same when sql/ no longer defines it.
+    before = await catalogue(db_dsn)
+    conn = await asyncpg.connect(db_dsn)
+    try:
+        async with conn.transaction():
+            await conn.execute("""
+              CREATE FUNCTION mycelium.old_revision_fn(p int) RETURNS int LANGUAGE sql AS $$ SELECT p $$;
+              CREATE FUNCTION mycelium.old_revision_trigger() RETURNS trigger LANGUAGE plpgsql AS
+                $$ BEGIN RETURN NULL; END $$;
+              CREATE TRIGGER old_revision_receipt AFTER UPDATE ON mycelium.transitions
+                FOR EACH ROW EXECUTE FUNCTION mycelium.old_revision_trigger();
+              CREATE VIEW mycelium.old_revision_view AS SELECT name FROM mycelium.rooms;
+            """)
+            await conn.execute(schema.reapply(schema.current_code()))  # as migrate.finish does
+            await conn.execute(schema.grants())
+    finally:
+        await conn.close()
+    after = await catalogue(db_dsn)
+    assert after == before, "\n".join(differences(after, before))
 
 
 async def test_code_a_table_still_depends_on_is_not_dropped_silently(db_dsn):

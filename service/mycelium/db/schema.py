@@ -7,7 +7,8 @@
   live database these change only through a numbered, frozen revision in ``migrations/versions``.
 * **code** — functions, views, triggers (``CREATE OR REPLACE``) and idempotent ``DO`` blocks. They
   are re-applied from ``sql/`` at the end of every upgrade, and whatever function, view or trigger
-  in schema ``mycelium`` the re-application did not define is dropped (it left ``sql/``).
+  in schema ``mycelium`` the re-application did not (re)define is dropped (it left ``sql/``), even
+  one an older revision created earlier in the same transaction.
 
 A fresh database can be built from ``sql/`` alone (:func:`install`, what the ledger SDK does on an
 empty database, and the reference the tests compare every migrated database with); Alembic moves
@@ -65,32 +66,62 @@ _AS_OWNER = (
     "SET LOCAL ROLE mycelium_admin; END IF; END $$;\n"
 )
 
-# Drop every function, view and trigger in schema mycelium that this transaction did not (re)define:
-# CREATE OR REPLACE rewrites an object's catalogue row, so its xmin is this transaction's id. A
-# function a table still depends on (a default, a check, an index) is not dropped silently: the drop
-# fails and so does the upgrade, until a revision deals with it.
+# Each function (its pg_proc row), trigger (pg_trigger) and view (its _RETURN rule, pg_rewrite) of
+# schema mycelium as its catalogue row's identity and physical address. CREATE OR REPLACE writes a
+# new version of an object's row, at a new address; a row still at the address it had before the
+# code ran was not (re)defined by it.
+_CODE_ROWS = """
+  SELECT 'f' || p.oid || p.ctid AS r FROM pg_proc p WHERE p.pronamespace = 'mycelium'::regnamespace
+  UNION ALL
+  SELECT 't' || t.oid || t.ctid FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+  WHERE c.relnamespace = 'mycelium'::regnamespace AND NOT t.tgisinternal
+  UNION ALL
+  SELECT 'v' || c.oid || w.ctid
+  FROM pg_class c JOIN pg_rewrite w ON w.ev_class = c.oid AND w.rulename = '_RETURN'
+  WHERE c.relnamespace = 'mycelium'::regnamespace AND c.relkind = 'v'
+"""
+
+# Before the code: where its rows are, kept for the transaction in a setting.
+_MARK = f"""
+DO $mark$
+BEGIN
+  PERFORM set_config('mycelium.code_rows_before',
+                     coalesce((SELECT string_agg(r, ' ') FROM ({_CODE_ROWS}) s), ''), true);
+END
+$mark$;
+"""
+
+# After the code: drop every function, view and trigger whose row has not moved since the mark, one
+# the code did not (re)define. Not "every row another transaction wrote": a migration from scratch
+# runs the revisions and the code in one transaction, so what an older revision's frozen SQL created
+# (transitions_receipt, once) is as new as what the current code re-created. A function a table still
+# depends on (a default, a check, an index) is not dropped silently: the drop fails and so does the
+# upgrade, until a revision deals with it.
 _PRUNE = """
 DO $prune$
 DECLARE
-  me xid := pg_current_xact_id()::xid;
+  before text[] := string_to_array(current_setting('mycelium.code_rows_before'), ' ');
   r record;
 BEGIN
   FOR r IN SELECT t.tgname, t.tgrelid::regclass AS tbl
            FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-           WHERE c.relnamespace = 'mycelium'::regnamespace AND NOT t.tgisinternal AND t.xmin <> me
+           WHERE c.relnamespace = 'mycelium'::regnamespace AND NOT t.tgisinternal
+             AND 't' || t.oid || t.ctid IN (SELECT unnest(before))
   LOOP
     RAISE NOTICE 'mycelium: dropping trigger % on %, which sql/ no longer defines', r.tgname, r.tbl;
     EXECUTE format('DROP TRIGGER %I ON %s', r.tgname, r.tbl);
   END LOOP;
   FOR r IN SELECT c.oid::regclass AS v
            FROM pg_class c JOIN pg_rewrite w ON w.ev_class = c.oid AND w.rulename = '_RETURN'
-           WHERE c.relnamespace = 'mycelium'::regnamespace AND c.relkind = 'v' AND w.xmin <> me
+           WHERE c.relnamespace = 'mycelium'::regnamespace AND c.relkind = 'v'
+             AND 'v' || c.oid || w.ctid IN (SELECT unnest(before))
   LOOP
     RAISE NOTICE 'mycelium: dropping view %, which sql/ no longer defines', r.v;
     EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', r.v);
   END LOOP;
   FOR r IN SELECT p.oid::regprocedure AS f FROM pg_proc p
-           WHERE p.pronamespace = 'mycelium'::regnamespace AND p.xmin <> me
+           WHERE p.pronamespace = 'mycelium'::regnamespace
+             AND 'f' || p.oid || p.ctid IN (SELECT unnest(before))
   LOOP
     RAISE NOTICE 'mycelium: dropping function %, which sql/ no longer defines', r.f;
     EXECUTE format('DROP FUNCTION %s', r.f);
@@ -255,7 +286,7 @@ def code_digest(code: str | None = None) -> str:
 
 def reapply(code: str) -> str:
     """The script that re-creates the given code on a live database and drops what it leaves out."""
-    return as_owner(code + "\n" + _PRUNE)
+    return as_owner(_MARK + code + "\n" + _PRUNE)
 
 
 def fresh() -> str:
