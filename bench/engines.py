@@ -18,7 +18,10 @@ same run, and how many runs two `mycelium worker` processes carry at once.
 Members are asyncpg connections here (one LISTEN connection per process of members, as the hub's
 `await` has), replying through the database's own verbs. CPU per step: the workers' (their /proc
 times) and the database server's (the postmaster and its backends; embedded server only).
-``python bench/engines.py [--runs 100] [--member-conns 8]``.
+``--rooms N`` spreads (b)'s runs over N rooms (round robin; the default, 1, keeps every run in one
+room, as before): a room's messages take their positions one transaction at a time (its position
+counter row is locked from a message's insert to its commit), so the rooms show what that costs.
+``python bench/engines.py [--runs 100] [--member-conns 8] [--rooms 1]``.
 """
 
 from __future__ import annotations
@@ -77,10 +80,11 @@ class Members:
     woken by the hints that name it, and answers up to ``conns`` of them at once, each on a connection
     of its own."""
 
-    def __init__(self, dsn: str, handles: list[str], conns: int = 1) -> None:
+    def __init__(self, dsn: str, handles: list[str], conns: int = 1, rooms: tuple[str, ...] = (ROOM,)) -> None:
         self.dsn = dsn
         self.handles = handles
         self.conns = conns
+        self.rooms = rooms
         self.sent: dict[tuple[str, int], float] = {}   # (thread, turn answered) -> when the reply committed
         self.latency: list[float] = []                  # reply committed -> next question taken
         self._wakes = {h: asyncio.Event() for h in handles}
@@ -112,9 +116,19 @@ class Members:
             self.latency.append(time.perf_counter() - before)
         return int(line["turn"])
 
-    async def _answer(self, conn: asyncpg.Connection, handle: str, episode: str, turn: int) -> None:
-        await conn.execute("SELECT 1 FROM mycelium.reply($1, $2, 'ok', NULL, $3)", ROOM, handle, episode)
+    async def _answer(self, conn: asyncpg.Connection, handle: str, room: str, episode: str, turn: int) -> None:
+        await conn.execute("SELECT 1 FROM mycelium.reply($1, $2, 'ok', NULL, $3)", room, handle, episode)
         self.sent[(episode, turn)] = time.perf_counter()
+
+    async def _take(self, conn: asyncpg.Connection, handle: str, start: int) -> tuple[asyncpg.Record | None, int]:
+        """The next message for ``handle`` in its rooms, looked for from room ``start`` on (round
+        robin, so no room starves), and the room to look in first next time."""
+        for i in range(len(self.rooms)):
+            at = (start + i) % len(self.rooms)
+            row = await conn.fetchrow("SELECT * FROM mycelium.take_next($1, $2)", self.rooms[at], handle)
+            if row is not None:
+                return row, at + 1
+        return None, start
 
     async def _member(self, handle: str, stop: asyncio.Event) -> None:
         work = await asyncpg.connect(self.dsn)
@@ -125,16 +139,17 @@ class Members:
         wake = self._wakes[handle]
         replies: set[asyncio.Task[None]] = set()
 
-        async def answer(conn: asyncpg.Connection, episode: str, turn: int) -> None:
+        async def answer(conn: asyncpg.Connection, room: str, episode: str, turn: int) -> None:
             try:
-                await self._answer(conn, handle, episode, turn)
+                await self._answer(conn, handle, room, episode, turn)
             finally:
                 free.put_nowait(conn)
+        start = 0
         try:
             while not stop.is_set():
                 conn = await free.get() if answering else work
                 wake.clear()
-                row = await work.fetchrow("SELECT * FROM mycelium.take_next($1, $2)", ROOM, handle)
+                row, start = await self._take(work, handle, start)
                 turn = None if row is None else self._turn(row)
                 if turn is None:
                     if answering:
@@ -144,11 +159,11 @@ class Members:
                             await asyncio.wait_for(wake.wait(), 0.5)
                     continue
                 if answering:
-                    t = asyncio.create_task(answer(conn, row["episode"], turn))
+                    t = asyncio.create_task(answer(conn, row["room"], row["episode"], turn))
                     replies.add(t)
                     t.add_done_callback(replies.discard)
                 else:
-                    await self._answer(work, handle, row["episode"], turn)
+                    await self._answer(work, handle, row["room"], row["episode"], turn)
             await asyncio.gather(*replies)
         finally:
             for c in (work, *answering):
@@ -195,16 +210,20 @@ def start_worker(dsn: str, folder: Path, name: str) -> subprocess.Popen[bytes]:
     return proc
 
 
-async def run_flows(conn: asyncpg.Connection, runs: int, rounds: int, members: list[str]) -> list[str]:
+async def run_flows(conn: asyncpg.Connection, runs: int, rounds: int, members: list[str],
+                    rooms: tuple[str, ...] = (ROOM,)) -> list[str]:
+    """``runs`` runs of the relay flow, run i in room i mod len(rooms)."""
     flow = {**FLOW, "steps": [{**FLOW["steps"][0], "rounds": rounds}, FLOW["steps"][1]]}
-    await conn.execute("SELECT 1 FROM mycelium.write_memory($1, 'protocols/relay', to_jsonb($2::text), 'bench')",
-                       ROOM, json.dumps(flow))
+    for room in rooms:
+        await conn.execute("SELECT 1 FROM mycelium.write_memory($1, 'protocols/relay', to_jsonb($2::text), 'bench')",
+                           room, json.dumps(flow))
     episodes = []
     mentions = " ".join("@" + m for m in members)
     for i in range(runs):
-        row = await conn.fetchrow("SELECT key, episode FROM mycelium.create_task($1, $2, 'bench')", ROOM, f"run {i}")
+        room = rooms[i % len(rooms)]
+        row = await conn.fetchrow("SELECT key, episode FROM mycelium.create_task($1, $2, 'bench')", room, f"run {i}")
         episodes.append(row["episode"])
-        await conn.execute("SELECT 1 FROM mycelium.coordinate($1, $2, 'conductor', $3, 'bench')", ROOM, row["key"],
+        await conn.execute("SELECT 1 FROM mycelium.coordinate($1, $2, 'conductor', $3, 'bench')", room, row["key"],
                            f"relay {mentions}: go")
     return episodes
 
@@ -234,17 +253,17 @@ async def hub_side(conn: asyncpg.Connection, members: list[str], after: int) -> 
 
 
 async def many_runs(conn: asyncpg.Connection, dsn: str, postmaster: int | None, workers: list[subprocess.Popen[bytes]],
-                    runs: int, members: list[str], conns: int) -> dict[str, Any]:
-    """(b) once: ``runs`` runs at once, members answering ``conns`` turns at once each."""
+                    runs: int, members: list[str], conns: int, rooms: tuple[str, ...]) -> dict[str, Any]:
+    """(b) once: ``runs`` runs at once over ``rooms``, members answering ``conns`` turns at once each."""
     first = await conn.fetchval("SELECT coalesce(max(id), 0) FROM mycelium.engine_runs")
-    team = Members(dsn, members, conns)
+    team = Members(dsn, members, conns, rooms)
     stop = asyncio.Event()
     task = asyncio.create_task(team.run(stop))
     cpus = [cpu_seconds(p.pid) for p in workers]
     db0 = server_cpu(postmaster)
     load0 = os.getloadavg()[0]
     started = time.perf_counter()
-    await run_flows(conn, runs, 5, members)
+    await run_flows(conn, runs, 5, members, rooms)
     await wait_closed(conn, runs, 600, first)
     elapsed = time.perf_counter() - started
     stop.set()
@@ -267,13 +286,17 @@ async def main() -> None:
     ap.add_argument("--steps", type=int, default=100, help="steps of the single run (a)")
     ap.add_argument("--member-conns", type=int, default=8,
                     help="turns each member answers at once in (b)'s second round (the first: 1)")
+    ap.add_argument("--rooms", type=int, default=1, help="rooms (b)'s runs are spread over (round robin)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-engines-"))
     async with bench_database("bench_engines") as db:
         conn = await asyncpg.connect(db.dsn)
-        await conn.execute("SELECT mycelium.create_room($1)", ROOM)
-        await conn.execute("SELECT * FROM mycelium.create_engine($1, 'conductor', 'conductor', '', 'bench')", ROOM)
+        rooms = (ROOM, *(f"{ROOM}-{i}" for i in range(2, args.rooms + 1)))
+        for room in rooms:
+            await conn.execute("SELECT mycelium.create_room($1)", room)
+            await conn.execute("SELECT * FROM mycelium.create_engine($1, 'conductor', 'conductor', '', 'bench')",
+                               room)
         raw = await raw_round_trip(db.dsn, 200)
 
         # (a) one run, one worker
@@ -292,8 +315,9 @@ async def main() -> None:
 
         # (b) many runs, two workers: members one turn at a time, then several at once
         workers = [worker, start_worker(db.dsn, folder, "w1")]
-        serial = await many_runs(conn, db.dsn, db.postmaster, workers, args.runs, ["cy", "dee"], 1)
-        wide = await many_runs(conn, db.dsn, db.postmaster, workers, args.runs, ["eve", "fay"], args.member_conns)
+        serial = await many_runs(conn, db.dsn, db.postmaster, workers, args.runs, ["cy", "dee"], 1, rooms)
+        wide = await many_runs(conn, db.dsn, db.postmaster, workers, args.runs, ["eve", "fay"], args.member_conns,
+                               rooms)
         dup = await conn.fetchval(
             "SELECT count(*) FROM (SELECT run_id, turn FROM mycelium.engine_posts WHERE event = 'turn' "
             "GROUP BY 1, 2 HAVING count(*) > 1) d")
@@ -309,8 +333,10 @@ async def main() -> None:
         ["(a) one conductor step, 1 worker", f"{statistics.median(single) * 1000:.1f}", f"{pct(single, 0.99):.1f}",
          f"{cpu_a * 1000:.1f}", dbms(db_a), len(single)],
     ]
-    for label, b in ((f"(b) {args.runs} runs at once, 2 workers, members 1 turn at a time", serial),
-                     (f"(b) {args.runs} runs at once, 2 workers, members {args.member_conns} turns at once", wide)):
+    spread = "1 room" if args.rooms == 1 else f"{args.rooms} rooms"
+    for label, b in ((f"(b) {args.runs} runs at once in {spread}, 2 workers, members 1 turn at a time", serial),
+                     (f"(b) {args.runs} runs at once in {spread}, 2 workers, members {args.member_conns} turns at once",
+                      wide)):
         rows.append([label, f"{statistics.median(b['latency']) * 1000:.1f}", f"{pct(b['latency'], 0.99):.1f}",
                      f"{b['cpu'] * 1000:.1f}", dbms(b["db"]), len(b["latency"])])
         rows.append(["  its hub side: reply inserted -> next question inserted",
