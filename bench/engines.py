@@ -262,6 +262,7 @@ async def many_runs(conn: asyncpg.Connection, dsn: str, postmaster: int | None, 
     cpus = [cpu_seconds(p.pid) for p in workers]
     db0 = server_cpu(postmaster)
     load0 = os.getloadavg()[0]
+    since = await conn.fetchval("SELECT clock_timestamp()")
     started = time.perf_counter()
     await run_flows(conn, runs, 5, members, rooms)
     await wait_closed(conn, runs, 600, first)
@@ -272,7 +273,25 @@ async def many_runs(conn: asyncpg.Connection, dsn: str, postmaster: int | None, 
     cpu = sum(cpu_seconds(p.pid) - c for p, c in zip(workers, cpus, strict=True)) / max(steps, 1)
     db = (server_cpu(postmaster) - db0) / max(steps, 1)
     return {"latency": team.latency, "hub": await hub_side(conn, members, first), "steps": steps, "elapsed": elapsed,
-            "cpu": cpu, "db": db, "load": (load0, os.getloadavg()[0])}
+            "cpu": cpu, "db": db, "load": (load0, os.getloadavg()[0]), "holds": await counter_holds(conn, since)}
+
+
+async def counter_holds(conn: asyncpg.Connection, since: Any) -> dict[str, tuple[float, float]]:
+    """How long each transaction that wrote messages after ``since`` held its room's position counter,
+    read as the time from its first message's position to the next transaction's in the room (a hold
+    when another writer was waiting, an idle gap otherwise): p50 and p90 ms, for the engine's
+    transactions (a step, a run's start) and the members' replies."""
+    rows = await conn.fetch(
+        """WITH t AS (SELECT m.room, m.xmin::text::bigint AS tx, min(m.position) AS pos, min(m.created_at) AS first,
+                             bool_or(m.sender = 'conductor') AS engine, bool_or(m.payload_type = 'reply') AS reply
+                      FROM mycelium.messages m WHERE m.created_at >= $1 GROUP BY 1, 2),
+              g AS (SELECT CASE WHEN engine THEN 'engine' WHEN reply THEN 'reply' END AS k,
+                           extract(epoch FROM lead(first) OVER (PARTITION BY room ORDER BY pos) - first) * 1000 AS ms
+                    FROM t)
+           SELECT k, percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS p50,
+                  percentile_cont(0.9) WITHIN GROUP (ORDER BY ms) AS p90
+           FROM g WHERE k IS NOT NULL AND ms IS NOT NULL GROUP BY k""", since)
+    return {r["k"]: (r["p50"], r["p90"]) for r in rows}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -341,6 +360,11 @@ async def main() -> None:
                      f"{b['cpu'] * 1000:.1f}", dbms(b["db"]), len(b["latency"])])
         rows.append(["  its hub side: reply inserted -> next question inserted",
                      f"{statistics.median(b['hub']) * 1000:.1f}", f"{pct(b['hub'], 0.99):.1f}", "", "", len(b["hub"])])
+    holds = "; ".join(
+        f"members {n} at a time: " + ", ".join(f"{who} p50 {b['holds'][k][0]:.1f} / p90 {b['holds'][k][1]:.1f} ms"
+                                                for k, who in (("engine", "engine steps"), ("reply", "replies"))
+                                                if k in b["holds"])
+        for n, b in ((1, serial), (args.member_conns, wide)))
     rates = "; ".join(f"{b['steps']} steps in {b['elapsed']:.1f} s = {b['steps'] / b['elapsed']:.0f} steps/s "
                       f"(load {b['load'][0]:.1f} -> {b['load'][1]:.1f})" for b in (serial, wide))
     text = (f"## Engines on workers (`bench/engines.py`) — {stamp()}\n\n{machine()}; PostgreSQL embedded; "
@@ -349,8 +373,10 @@ async def main() -> None:
             + f"\n\n(b): {rates}; questions posted twice: {dup}. A step's latency is from the member's reply "
             "committing to the next question in a member's hands; the raw round trip is one post woken and "
             "taken. The hub side is read from the messages' own timestamps afterwards.\n\n"
+            "The room's position counter, per writing transaction, from its first message's position to the next "
+            f"transaction's in the room (a hold while another waits, else an idle gap): {holds}.\n\n"
             f"Against issue 10's targets: a step costs {statistics.median(single) / statistics.median(raw):.1f}x "
-            f"the raw round trip at p50 (target ≤ 2x); 100 runs: p99 {pct(serial['latency'], 0.99):.0f} ms with "
+            f"the raw round trip at p50 (target ≤ 2x); {args.runs} runs in {spread}: p99 {pct(serial['latency'], 0.99):.0f} ms with "
             f"members one turn at a time, {pct(wide['latency'], 0.99):.0f} ms with {args.member_conns} at once "
             f"(target ≤ 250 ms); duplicated posts {dup} (target 0). Load average when it ended: "
             f"{os.getloadavg()[0]:.1f} on this shared machine.\n")
