@@ -18,7 +18,10 @@ same run, and how many runs two `mycelium worker` processes carry at once.
 Members are asyncpg connections here (one LISTEN connection per process of members, as the hub's
 `await` has), replying through the database's own verbs. CPU per step: the workers' (their /proc
 times) and the database server's (the postmaster and its backends; embedded server only).
-``python bench/engines.py [--runs 100] [--member-conns 8]``.
+``--rooms N`` spreads (b)'s runs over N rooms (round robin; the default, 1, keeps every run in one
+room, as before): a room's messages take their positions one transaction at a time (its position
+counter row is locked from a message's insert to its commit), so the rooms show what that costs.
+``python bench/engines.py [--runs 100] [--member-conns 8] [--rooms 1]``.
 """
 
 from __future__ import annotations
@@ -77,10 +80,11 @@ class Members:
     woken by the hints that name it, and answers up to ``conns`` of them at once, each on a connection
     of its own."""
 
-    def __init__(self, dsn: str, handles: list[str], conns: int = 1) -> None:
+    def __init__(self, dsn: str, handles: list[str], conns: int = 1, rooms: tuple[str, ...] = (ROOM,)) -> None:
         self.dsn = dsn
         self.handles = handles
         self.conns = conns
+        self.rooms = rooms
         self.sent: dict[tuple[str, int], float] = {}   # (thread, turn answered) -> when the reply committed
         self.latency: list[float] = []                  # reply committed -> next question taken
         self._wakes = {h: asyncio.Event() for h in handles}
@@ -112,9 +116,19 @@ class Members:
             self.latency.append(time.perf_counter() - before)
         return int(line["turn"])
 
-    async def _answer(self, conn: asyncpg.Connection, handle: str, episode: str, turn: int) -> None:
-        await conn.execute("SELECT 1 FROM mycelium.reply($1, $2, 'ok', NULL, $3)", ROOM, handle, episode)
+    async def _answer(self, conn: asyncpg.Connection, handle: str, room: str, episode: str, turn: int) -> None:
+        await conn.execute("SELECT 1 FROM mycelium.reply($1, $2, 'ok', NULL, $3)", room, handle, episode)
         self.sent[(episode, turn)] = time.perf_counter()
+
+    async def _take(self, conn: asyncpg.Connection, handle: str, start: int) -> tuple[asyncpg.Record | None, int]:
+        """The next message for ``handle`` in its rooms, looked for from room ``start`` on (round
+        robin, so no room starves), and the room to look in first next time."""
+        for i in range(len(self.rooms)):
+            at = (start + i) % len(self.rooms)
+            row = await conn.fetchrow("SELECT * FROM mycelium.take_next($1, $2)", self.rooms[at], handle)
+            if row is not None:
+                return row, at + 1
+        return None, start
 
     async def _member(self, handle: str, stop: asyncio.Event) -> None:
         work = await asyncpg.connect(self.dsn)
@@ -125,16 +139,17 @@ class Members:
         wake = self._wakes[handle]
         replies: set[asyncio.Task[None]] = set()
 
-        async def answer(conn: asyncpg.Connection, episode: str, turn: int) -> None:
+        async def answer(conn: asyncpg.Connection, room: str, episode: str, turn: int) -> None:
             try:
-                await self._answer(conn, handle, episode, turn)
+                await self._answer(conn, handle, room, episode, turn)
             finally:
                 free.put_nowait(conn)
+        start = 0
         try:
             while not stop.is_set():
                 conn = await free.get() if answering else work
                 wake.clear()
-                row = await work.fetchrow("SELECT * FROM mycelium.take_next($1, $2)", ROOM, handle)
+                row, start = await self._take(work, handle, start)
                 turn = None if row is None else self._turn(row)
                 if turn is None:
                     if answering:
@@ -144,11 +159,11 @@ class Members:
                             await asyncio.wait_for(wake.wait(), 0.5)
                     continue
                 if answering:
-                    t = asyncio.create_task(answer(conn, row["episode"], turn))
+                    t = asyncio.create_task(answer(conn, row["room"], row["episode"], turn))
                     replies.add(t)
                     t.add_done_callback(replies.discard)
                 else:
-                    await self._answer(work, handle, row["episode"], turn)
+                    await self._answer(work, handle, row["room"], row["episode"], turn)
             await asyncio.gather(*replies)
         finally:
             for c in (work, *answering):
@@ -195,16 +210,20 @@ def start_worker(dsn: str, folder: Path, name: str) -> subprocess.Popen[bytes]:
     return proc
 
 
-async def run_flows(conn: asyncpg.Connection, runs: int, rounds: int, members: list[str]) -> list[str]:
+async def run_flows(conn: asyncpg.Connection, runs: int, rounds: int, members: list[str],
+                    rooms: tuple[str, ...] = (ROOM,)) -> list[str]:
+    """``runs`` runs of the relay flow, run i in room i mod len(rooms)."""
     flow = {**FLOW, "steps": [{**FLOW["steps"][0], "rounds": rounds}, FLOW["steps"][1]]}
-    await conn.execute("SELECT 1 FROM mycelium.write_memory($1, 'protocols/relay', to_jsonb($2::text), 'bench')",
-                       ROOM, json.dumps(flow))
+    for room in rooms:
+        await conn.execute("SELECT 1 FROM mycelium.write_memory($1, 'protocols/relay', to_jsonb($2::text), 'bench')",
+                           room, json.dumps(flow))
     episodes = []
     mentions = " ".join("@" + m for m in members)
     for i in range(runs):
-        row = await conn.fetchrow("SELECT key, episode FROM mycelium.create_task($1, $2, 'bench')", ROOM, f"run {i}")
+        room = rooms[i % len(rooms)]
+        row = await conn.fetchrow("SELECT key, episode FROM mycelium.create_task($1, $2, 'bench')", room, f"run {i}")
         episodes.append(row["episode"])
-        await conn.execute("SELECT 1 FROM mycelium.coordinate($1, $2, 'conductor', $3, 'bench')", ROOM, row["key"],
+        await conn.execute("SELECT 1 FROM mycelium.coordinate($1, $2, 'conductor', $3, 'bench')", room, row["key"],
                            f"relay {mentions}: go")
     return episodes
 
@@ -234,17 +253,18 @@ async def hub_side(conn: asyncpg.Connection, members: list[str], after: int) -> 
 
 
 async def many_runs(conn: asyncpg.Connection, dsn: str, postmaster: int | None, workers: list[subprocess.Popen[bytes]],
-                    runs: int, members: list[str], conns: int) -> dict[str, Any]:
-    """(b) once: ``runs`` runs at once, members answering ``conns`` turns at once each."""
+                    runs: int, members: list[str], conns: int, rooms: tuple[str, ...]) -> dict[str, Any]:
+    """(b) once: ``runs`` runs at once over ``rooms``, members answering ``conns`` turns at once each."""
     first = await conn.fetchval("SELECT coalesce(max(id), 0) FROM mycelium.engine_runs")
-    team = Members(dsn, members, conns)
+    team = Members(dsn, members, conns, rooms)
     stop = asyncio.Event()
     task = asyncio.create_task(team.run(stop))
     cpus = [cpu_seconds(p.pid) for p in workers]
     db0 = server_cpu(postmaster)
     load0 = os.getloadavg()[0]
+    since = await conn.fetchval("SELECT clock_timestamp()")
     started = time.perf_counter()
-    await run_flows(conn, runs, 5, members)
+    await run_flows(conn, runs, 5, members, rooms)
     await wait_closed(conn, runs, 600, first)
     elapsed = time.perf_counter() - started
     stop.set()
@@ -253,7 +273,25 @@ async def many_runs(conn: asyncpg.Connection, dsn: str, postmaster: int | None, 
     cpu = sum(cpu_seconds(p.pid) - c for p, c in zip(workers, cpus, strict=True)) / max(steps, 1)
     db = (server_cpu(postmaster) - db0) / max(steps, 1)
     return {"latency": team.latency, "hub": await hub_side(conn, members, first), "steps": steps, "elapsed": elapsed,
-            "cpu": cpu, "db": db, "load": (load0, os.getloadavg()[0])}
+            "cpu": cpu, "db": db, "load": (load0, os.getloadavg()[0]), "holds": await counter_holds(conn, since)}
+
+
+async def counter_holds(conn: asyncpg.Connection, since: Any) -> dict[str, tuple[float, float]]:
+    """How long each transaction that wrote messages after ``since`` held its room's position counter,
+    read as the time from its first message's position to the next transaction's in the room (a hold
+    when another writer was waiting, an idle gap otherwise): p50 and p90 ms, for the engine's
+    transactions (a step, a run's start) and the members' replies."""
+    rows = await conn.fetch(
+        """WITH t AS (SELECT m.room, m.xmin::text::bigint AS tx, min(m.position) AS pos, min(m.created_at) AS first,
+                             bool_or(m.sender = 'conductor') AS engine, bool_or(m.payload_type = 'reply') AS reply
+                      FROM mycelium.messages m WHERE m.created_at >= $1 GROUP BY 1, 2),
+              g AS (SELECT CASE WHEN engine THEN 'engine' WHEN reply THEN 'reply' END AS k,
+                           extract(epoch FROM lead(first) OVER (PARTITION BY room ORDER BY pos) - first) * 1000 AS ms
+                    FROM t)
+           SELECT k, percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS p50,
+                  percentile_cont(0.9) WITHIN GROUP (ORDER BY ms) AS p90
+           FROM g WHERE k IS NOT NULL AND ms IS NOT NULL GROUP BY k""", since)
+    return {r["k"]: (r["p50"], r["p90"]) for r in rows}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -267,13 +305,17 @@ async def main() -> None:
     ap.add_argument("--steps", type=int, default=100, help="steps of the single run (a)")
     ap.add_argument("--member-conns", type=int, default=8,
                     help="turns each member answers at once in (b)'s second round (the first: 1)")
+    ap.add_argument("--rooms", type=int, default=1, help="rooms (b)'s runs are spread over (round robin)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-engines-"))
     async with bench_database("bench_engines") as db:
         conn = await asyncpg.connect(db.dsn)
-        await conn.execute("SELECT mycelium.create_room($1)", ROOM)
-        await conn.execute("SELECT * FROM mycelium.create_engine($1, 'conductor', 'conductor', '', 'bench')", ROOM)
+        rooms = (ROOM, *(f"{ROOM}-{i}" for i in range(2, args.rooms + 1)))
+        for room in rooms:
+            await conn.execute("SELECT mycelium.create_room($1)", room)
+            await conn.execute("SELECT * FROM mycelium.create_engine($1, 'conductor', 'conductor', '', 'bench')",
+                               room)
         raw = await raw_round_trip(db.dsn, 200)
 
         # (a) one run, one worker
@@ -292,8 +334,9 @@ async def main() -> None:
 
         # (b) many runs, two workers: members one turn at a time, then several at once
         workers = [worker, start_worker(db.dsn, folder, "w1")]
-        serial = await many_runs(conn, db.dsn, db.postmaster, workers, args.runs, ["cy", "dee"], 1)
-        wide = await many_runs(conn, db.dsn, db.postmaster, workers, args.runs, ["eve", "fay"], args.member_conns)
+        serial = await many_runs(conn, db.dsn, db.postmaster, workers, args.runs, ["cy", "dee"], 1, rooms)
+        wide = await many_runs(conn, db.dsn, db.postmaster, workers, args.runs, ["eve", "fay"], args.member_conns,
+                               rooms)
         dup = await conn.fetchval(
             "SELECT count(*) FROM (SELECT run_id, turn FROM mycelium.engine_posts WHERE event = 'turn' "
             "GROUP BY 1, 2 HAVING count(*) > 1) d")
@@ -309,12 +352,19 @@ async def main() -> None:
         ["(a) one conductor step, 1 worker", f"{statistics.median(single) * 1000:.1f}", f"{pct(single, 0.99):.1f}",
          f"{cpu_a * 1000:.1f}", dbms(db_a), len(single)],
     ]
-    for label, b in ((f"(b) {args.runs} runs at once, 2 workers, members 1 turn at a time", serial),
-                     (f"(b) {args.runs} runs at once, 2 workers, members {args.member_conns} turns at once", wide)):
+    spread = "1 room" if args.rooms == 1 else f"{args.rooms} rooms"
+    for label, b in ((f"(b) {args.runs} runs at once in {spread}, 2 workers, members 1 turn at a time", serial),
+                     (f"(b) {args.runs} runs at once in {spread}, 2 workers, members {args.member_conns} turns at once",
+                      wide)):
         rows.append([label, f"{statistics.median(b['latency']) * 1000:.1f}", f"{pct(b['latency'], 0.99):.1f}",
                      f"{b['cpu'] * 1000:.1f}", dbms(b["db"]), len(b["latency"])])
         rows.append(["  its hub side: reply inserted -> next question inserted",
                      f"{statistics.median(b['hub']) * 1000:.1f}", f"{pct(b['hub'], 0.99):.1f}", "", "", len(b["hub"])])
+    holds = "; ".join(
+        f"members {n} at a time: " + ", ".join(f"{who} p50 {b['holds'][k][0]:.1f} / p90 {b['holds'][k][1]:.1f} ms"
+                                                for k, who in (("engine", "engine steps"), ("reply", "replies"))
+                                                if k in b["holds"])
+        for n, b in ((1, serial), (args.member_conns, wide)))
     rates = "; ".join(f"{b['steps']} steps in {b['elapsed']:.1f} s = {b['steps'] / b['elapsed']:.0f} steps/s "
                       f"(load {b['load'][0]:.1f} -> {b['load'][1]:.1f})" for b in (serial, wide))
     text = (f"## Engines on workers (`bench/engines.py`) — {stamp()}\n\n{machine()}; PostgreSQL embedded; "
@@ -323,8 +373,10 @@ async def main() -> None:
             + f"\n\n(b): {rates}; questions posted twice: {dup}. A step's latency is from the member's reply "
             "committing to the next question in a member's hands; the raw round trip is one post woken and "
             "taken. The hub side is read from the messages' own timestamps afterwards.\n\n"
+            "The room's position counter, per writing transaction, from its first message's position to the next "
+            f"transaction's in the room (a hold while another waits, else an idle gap): {holds}.\n\n"
             f"Against issue 10's targets: a step costs {statistics.median(single) / statistics.median(raw):.1f}x "
-            f"the raw round trip at p50 (target ≤ 2x); 100 runs: p99 {pct(serial['latency'], 0.99):.0f} ms with "
+            f"the raw round trip at p50 (target ≤ 2x); {args.runs} runs in {spread}: p99 {pct(serial['latency'], 0.99):.0f} ms with "
             f"members one turn at a time, {pct(wide['latency'], 0.99):.0f} ms with {args.member_conns} at once "
             f"(target ≤ 250 ms); duplicated posts {dup} (target 0). Load average when it ended: "
             f"{os.getloadavg()[0]:.1f} on this shared machine.\n")

@@ -568,6 +568,12 @@ $$;
 --   p_memory     memories to write as the engine ([{key, text, meta}]): the saved decision, the summary;
 --                or child tasks to file ([{task: {title, assignee, parent}}], through create_task).
 --   p_assignments the agreement a converged close carries ({issue: value}; kept only with converged).
+-- The first message a transaction inserts locks the room's position counter until the commit (every
+-- other writer of the room waits: messages.sql), so the step does everything that posts nothing
+-- first: the trace, the run row and, on a close, its record (log/episodes/<id>, not a board row: no
+-- notice). Then the floor (its notice the first message), the posts with their engine_posts rows,
+-- the question's position on the run row, and last the memories (a child task's `filed` notice
+-- after the posts, as before).
 CREATE OR REPLACE FUNCTION mycelium.engine_step(
   p_room text, p_run bigint, p_worker text, p_seq integer, p_trace jsonb, p_posts jsonb,
   p_step text, p_waiting text[], p_wait_seconds double precision, p_pending jsonb,
@@ -614,42 +620,11 @@ BEGIN
     VALUES (p_room, r.id, r.turn, coalesce(p ->> 'step', r.step, ''), p || jsonb_build_object('turn', r.turn),
             p_worker);
   END LOOP;
-  IF p_close IS NULL AND p_speakers IS NOT NULL THEN
-    PERFORM mycelium.hold_floor(p_room, r.episode, r.engine, p_speakers, r.engine);
-  ELSIF p_close IS NOT NULL THEN
-    PERFORM mycelium.release_floor(p_room, r.episode, r.engine);
-    IF r.kind = 'aligner' THEN  -- a negotiation's roster was frozen for it (negotiations.sql)
-      PERFORM mycelium.thaw_roster(p_room, r.episode);
-    END IF;
-  END IF;
   SELECT coalesce(max(seq), 0) INTO next_seq FROM mycelium.engine_posts WHERE room = p_room AND run_id = r.id;
-  FOR p IN SELECT * FROM jsonb_array_elements(coalesce(p_posts, '[]')) LOOP
-    posted := mycelium.post_message(
-      p_room, r.engine, p ->> 'content', r.episode,
-      coalesce(ARRAY(SELECT jsonb_array_elements_text(p -> 'recipients')), '{}'),
-      coalesce(p ->> 'kind', 'exchange'), p ->> 'subkind', coalesce(p ->> 'payload_type', 'message'),
-      coalesce(p -> 'payload', '{}'), '{}', 'coordinator');
-    next_seq := next_seq + 1;
-    INSERT INTO mycelium.engine_posts (room, run_id, seq, message_id, event, turn, worker)
-    VALUES (p_room, r.id, next_seq, posted.id, coalesce(p ->> 'event', 'turn'), r.turn, p_worker);
-    IF p ->> 'event' = 'turn' THEN
-      asked := posted.position;
-    END IF;
-  END LOOP;
-  FOR p IN SELECT * FROM jsonb_array_elements(CASE jsonb_typeof(p_memory) WHEN 'array' THEN p_memory
-                                                  WHEN 'object' THEN jsonb_build_array(p_memory) ELSE '[]' END) LOOP
-    IF p ? 'task' THEN  -- a child task, filed through the board's verb, part of the run's row
-      written := mycelium.create_task(p_room, p #>> '{task,title}', r.engine, NULL, p #>> '{task,assignee}',
-                                      coalesce(p #>> '{task,parent}', r.task_key));
-    ELSE
-      written := mycelium.write_memory(p_room, p ->> 'key', jsonb_build_object('text', p ->> 'text'),
-                                       r.engine, NULL, p -> 'meta');
-    END IF;
-  END LOOP;
   UPDATE mycelium.engine_runs SET
     seq = r.seq + 1, turn = r.turn, step = p_step,
-    asked_position = coalesce(asked, CASE WHEN p_step IS DISTINCT FROM old_step OR r.turn <> old_turn
-                                          THEN NULL ELSE r.asked_position END),
+    asked_position = CASE WHEN p_step IS DISTINCT FROM old_step OR r.turn <> old_turn THEN NULL
+                          ELSE r.asked_position END,  -- the question's, when one is posted below
     waiting = coalesce(p_waiting, '{}'),
     deadline = CASE WHEN p_wait_seconds IS NULL THEN NULL ELSE now() + make_interval(secs => p_wait_seconds) END,
     pending = coalesce(p_pending, '{}'),
@@ -667,6 +642,41 @@ BEGIN
       jsonb_build_object('text', mycelium.run_record(p_room, r.id)), r.engine, NULL,
       jsonb_build_object('outcome', r.state, 'within', r.episode, 'flow', r.protocol));
   END IF;
+  IF p_close IS NULL AND p_speakers IS NOT NULL THEN
+    PERFORM mycelium.hold_floor(p_room, r.episode, r.engine, p_speakers, r.engine);
+  ELSIF p_close IS NOT NULL THEN
+    PERFORM mycelium.release_floor(p_room, r.episode, r.engine);
+    IF r.kind = 'aligner' THEN  -- a negotiation's roster was frozen for it (negotiations.sql)
+      PERFORM mycelium.thaw_roster(p_room, r.episode);
+    END IF;
+  END IF;
+  FOR p IN SELECT * FROM jsonb_array_elements(coalesce(p_posts, '[]')) LOOP
+    posted := mycelium.post_message(
+      p_room, r.engine, p ->> 'content', r.episode,
+      coalesce(ARRAY(SELECT jsonb_array_elements_text(p -> 'recipients')), '{}'),
+      coalesce(p ->> 'kind', 'exchange'), p ->> 'subkind', coalesce(p ->> 'payload_type', 'message'),
+      coalesce(p -> 'payload', '{}'), '{}', 'coordinator');
+    next_seq := next_seq + 1;
+    INSERT INTO mycelium.engine_posts (room, run_id, seq, message_id, event, turn, worker)
+    VALUES (p_room, r.id, next_seq, posted.id, coalesce(p ->> 'event', 'turn'), r.turn, p_worker);
+    IF p ->> 'event' = 'turn' THEN
+      asked := posted.position;
+    END IF;
+  END LOOP;
+  IF asked IS NOT NULL THEN
+    UPDATE mycelium.engine_runs SET asked_position = asked WHERE room = p_room AND id = r.id;
+    r.asked_position := asked;
+  END IF;
+  FOR p IN SELECT * FROM jsonb_array_elements(CASE jsonb_typeof(p_memory) WHEN 'array' THEN p_memory
+                                                  WHEN 'object' THEN jsonb_build_array(p_memory) ELSE '[]' END) LOOP
+    IF p ? 'task' THEN  -- a child task, filed through the board's verb, part of the run's row
+      written := mycelium.create_task(p_room, p #>> '{task,title}', r.engine, NULL, p #>> '{task,assignee}',
+                                      coalesce(p #>> '{task,parent}', r.task_key));
+    ELSE
+      written := mycelium.write_memory(p_room, p ->> 'key', jsonb_build_object('text', p ->> 'text'),
+                                       r.engine, NULL, p -> 'meta');
+    END IF;
+  END LOOP;
   RETURN r;
 END
 $$;
