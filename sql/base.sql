@@ -318,6 +318,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('parse_masked_links', 'inlined'), ('receipt_hash', 'inlined'), ('receipt_preimage', 'inlined'),
     ('receipt_preimage_after_seq', 'inlined'), ('receipt_preimage_before_seq', 'inlined'),
     ('receipt_seq_field', 'inlined'), ('receipt_ts', 'inlined'), ('row_settled', 'inlined'), ('row_waits', 'inlined'),
+    ('run_leaves_episode', 'inlined'),
     ('settled_statuses', 'inlined'), ('stance_of', 'inlined'), ('stored_without_document', 'inlined'),
     ('task_lease_end', 'inlined'), ('waiting_on', 'inlined')
   ) AS v (name, kind)

@@ -637,7 +637,7 @@ BEGIN
     updated_at = now()
   WHERE room = p_room AND id = r.id
   RETURNING * INTO r;
-  IF p_close IS NOT NULL AND mycelium.run_leaves_episode(p_room, r.id) THEN  -- negotiations.sql
+  IF p_close IS NOT NULL AND mycelium.run_leaves_episode(r.kind, r.pending) THEN
     written := mycelium.write_memory(p_room, 'log/episodes/' || r.short_id,
       jsonb_build_object('text', mycelium.run_record(p_room, r.id)), r.engine, NULL,
       jsonb_build_object('outcome', r.state, 'within', r.episode, 'flow', r.protocol));
@@ -699,6 +699,15 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- Episodes: a run as upstream's record shows it.
 
+-- Whether a run leaves an episode (its record, log/episodes/<short_id>, and its line in
+-- mycelium.episodes): every run does but a negotiation that found nothing to negotiate (its issues
+-- recorded as none: sql/negotiations.sql), which ends with its explanation in the thread and no
+-- episode. (Of the run's own columns, so the view's filter is planned inline.)
+CREATE OR REPLACE FUNCTION mycelium.run_leaves_episode(p_kind text, p_pending jsonb) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+RETURN NOT coalesce(p_kind = 'aligner' AND p_pending ? 'issues' AND jsonb_typeof(p_pending -> 'issues') = 'null',
+                    false);
+
 CREATE OR REPLACE VIEW mycelium.episodes AS
 SELECT r.room, r.id AS run_id, r.short_id,
        mycelium.episode_urn(r.room, r.short_id) AS episode,
@@ -712,7 +721,8 @@ SELECT r.room, r.id AS run_id, r.short_id,
        coalesce((SELECT jsonb_agg(t.entry ORDER BY t.turn) FROM mycelium.engine_trace t
                  WHERE t.room = r.room AND t.run_id = r.id), '[]') AS trace,
        (SELECT count(*) FROM mycelium.engine_posts p WHERE p.room = r.room AND p.run_id = r.id) AS post_count
-FROM mycelium.engine_runs r;
+FROM mycelium.engine_runs r
+WHERE mycelium.run_leaves_episode(r.kind, r.pending);
 
 -- ---------------------------------------------------------------------------------------------
 -- Summoning by name: `board coordinate <row> <engine> "…"` and `engine invoke <engine> "…"` post a

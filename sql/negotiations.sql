@@ -13,7 +13,8 @@
 --     roster frozen again on other members, or thawed, by anyone but the engine.
 --     negotiation_departure says who left; the aligner then closes the run as rejected with it.
 --   * a negotiation that found nothing to negotiate (its issues recorded as none) ends with its
---     explanation and leaves no episode: run_leaves_episode, which engine_step asks on close.
+--     explanation and leaves no episode: run_leaves_episode (sql/engines.sql), which engine_step
+--     asks on close and mycelium.episodes filters on.
 
 CREATE OR REPLACE FUNCTION mycelium.start_negotiation(
   p_room text, p_summon bigint, p_worker text, p_flow jsonb, p_open jsonb, p_lease_seconds double precision
@@ -134,15 +135,6 @@ END
 $$;
 CREATE OR REPLACE TRIGGER rooms_abort_negotiation AFTER UPDATE ON mycelium.rooms
   FOR EACH ROW EXECUTE FUNCTION mycelium.rooms_abort_negotiation();
-
--- Whether a closed run leaves an episode (its record, log/episodes/<short_id>): every run does but
--- a negotiation that found nothing to negotiate (its issues recorded as none), which ends with its
--- explanation in the thread and no episode.
-CREATE OR REPLACE FUNCTION mycelium.run_leaves_episode(p_room text, p_run bigint) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-  SELECT NOT (r.kind = 'aligner' AND r.pending ? 'issues' AND jsonb_typeof(r.pending -> 'issues') = 'null')
-  FROM mycelium.engine_runs r WHERE r.room = p_room AND r.id = p_run
-$$;
 
 -- The record of a negotiation as upstream writes log/episodes/<short_id>.md: the header (quality
 -- and satisfaction as the aligner measured them, the agreement, the team prior it left), the

@@ -27,6 +27,8 @@ async def no_episode(conn: asyncpg.Connection, episode: str, run: asyncpg.Record
         episode,
     )
     assert said is not None and "nothing to negotiate" in said and "Record:" not in said
+    # no episode to list either (the run itself stays, closed rejected with its reason)
+    assert await conn.fetchval("SELECT count(*) FROM mycelium.episodes WHERE run_id = $1", run["id"]) == 0
     # the thread is given back: no roster, no floor
     assert await conn.fetchval("SELECT count(*) FROM mycelium.rosters WHERE episode = $1", episode) == 0
     assert await conn.fetchval("SELECT count(*) FROM mycelium.floors WHERE episode = $1", episode) == 0
