@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-import asyncpg
-
 from mycelium.auth.issuers import IssuerConfigError, parse_issuers
 from mycelium.auth.member_tokens import MemberTokens
 from mycelium.auth.middleware import gate
 from mycelium.auth.tokens import TokenVerifier
+from mycelium.errors import Refusal
 from mycelium.settings import Settings
 from mycelium.verbs import HUB_PRINCIPAL, HUB_PROCESS, verbs_of
 
@@ -59,8 +58,8 @@ async def close_private_rooms(hub: Hub) -> None:
             await verbs.call(HUB_PROCESS, "write_setting", name="auth.gate", value=True, room="",
                              handle="env")
             return
-        except asyncpg.DeadlockDetectedError:
-            if attempt == CLOSE_ATTEMPTS - 1:
+        except Refusal as r:  # the gateway's answer to a deadlock: 409 deadlock
+            if r.error != "deadlock" or attempt == CLOSE_ATTEMPTS - 1:
                 raise
             await asyncio.sleep(0.2 * (attempt + 1))
 
