@@ -12,7 +12,7 @@ from litestar.params import FromQuery
 from mycelium.api.deps import VERBS, Annotated, HubDep, Query, VerbsDep
 from mycelium.ledger import receipts as signing
 from mycelium.verbs import NOBODY
-from mycelium.verbs.transitions import export_row, key_read, receipt_keyring
+from mycelium.verbs.transitions import export_row, key_read, receipt_keyring, receipts_of
 
 
 class ReceiptController(Controller):
@@ -56,19 +56,13 @@ class ReceiptController(Controller):
         """The chain checked in SQL, and every signature checked against the keyring."""
         chain = [dict(r.items()) for r in await verbs.call(NOBODY, "verify_receipt_chain", agent=agent)]
         keyring = await receipt_keyring(verbs)
-        checked, after, problems = 0, 0, []
-        while True:
-            rows = await verbs.call(NOBODY, "export_receipts", since=None, agent=agent, after=after,
-                                    limit=5000)
-            if not rows:
-                break
-            after = rows[-1]["id"]
-            for r in rows:
-                checked += 1
-                wrong = signing.signature_problem(r, keyring)
-                if wrong is not None:
-                    problems.append({"receipt_id": r["receipt_id"], "agent_id": r["agent_id"],
-                                     "lane": r["lane"], "seq": r["seq"], "problem": wrong})
+        checked, problems = 0, []
+        async for r in receipts_of(verbs, agent):
+            checked += 1
+            wrong = signing.signature_problem(r, keyring)
+            if wrong is not None:
+                problems.append({"receipt_id": r["receipt_id"], "agent_id": r["agent_id"],
+                                 "lane": r["lane"], "seq": r["seq"], "problem": wrong})
         return {
             "checked": checked,
             "chain_problems": chain,

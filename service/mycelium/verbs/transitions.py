@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
@@ -134,6 +135,18 @@ def key_read(row: Any) -> dict[str, Any]:
     return {"key_id": row["key_id"], "algorithm": row["algorithm"],
             "public_key": bytes(row["public_key"]).hex(), "created_at": row["created_at"],
             "retired_at": row["retired_at"]}
+
+
+async def receipts_of(verbs: Verbs, agent: str | None) -> AsyncIterator[dict[str, Any]]:
+    """Every receipt (of one agent), in id order, a page at a time."""
+    after = 0
+    while True:
+        batch = await verbs.call(NOBODY, "export_receipts", since=None, agent=agent, after=after, limit=5000)
+        if not batch:
+            return
+        after = batch[-1]["id"]
+        for r in batch:
+            yield export_row(r)
 
 
 async def receipt_keyring(verbs: Verbs) -> dict[str, bytes]:

@@ -3,7 +3,6 @@ and the receipt chains' state per agent and lane."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 from litestar import Request, get
@@ -14,7 +13,7 @@ from mycelium.api.deps import VerbsDep
 from mycelium.errors import Refusal
 from mycelium.ledger.receipts import signature_problem
 from mycelium.verbs import NOBODY, Verbs
-from mycelium.verbs.transitions import export_row, receipt_keyring, row_json
+from mycelium.verbs.transitions import receipt_keyring, receipts_of, row_json
 from mycelium.web import views
 from mycelium.web.pages import page
 
@@ -23,18 +22,6 @@ OUTCOMES = ("IN_FLIGHT", "BLOCKED", "UNKNOWN", "EXPIRED", "COMPLETED", "FAILED_B
 #: A filter of the list that is not an outcome: the transitions an operator released.
 RELEASED = "released"
 LISTED = 200
-
-
-async def receipts_of(verbs: Verbs, agent: str | None) -> AsyncIterator[dict[str, Any]]:
-    """Every receipt (of one agent), in id order, a page at a time."""
-    after = 0
-    while True:
-        batch = await verbs.call(NOBODY, "export_receipts", since=None, agent=agent, after=after, limit=5000)
-        if not batch:
-            return
-        after = batch[-1]["id"]
-        for r in batch:
-            yield export_row(r)
 
 
 async def chain_problems(verbs: Verbs, agent: str | None) -> list[dict[str, Any]]:
