@@ -57,8 +57,8 @@ class RedisLedgerStorage:
         found = self._clients.get(loop)
         if found is None:
             import redis.asyncio as aioredis
+            from redis.asyncio.retry import Retry
             from redis.backoff import NoBackoff
-            from redis.retry import Retry
 
             client = aioredis.Redis.from_url(
                 self.url,
