@@ -81,8 +81,9 @@ SELECT mycelium.release_engine_runs(mycelium.acting(:worker, :actor, :actor_kind
 
 -- name: engine_step
 -- returns: row
--- one move of a run (a flow's or a negotiation's, whose converged close carries its agreement)
-SELECT r.*, current_setting('mycelium.wake_hints', true) AS wake_hints
+-- one move of a run (a flow's or a negotiation's, whose converged close carries its agreement);
+-- the run's new seq (the worker reads the run again, flow and state, only when it is due again)
+SELECT r.seq, current_setting('mycelium.wake_hints', true) AS wake_hints
 FROM mycelium.engine_step(mycelium.acting(:room, :actor, :actor_kind, :defer_wakes), :run, :worker, :seq,
                           :trace, :posts, :step, :waiting, :wait_seconds, :pending, :speakers, :close,
                           :reason, :outcome_text, :metrics, :memory, :assignments) r

@@ -550,10 +550,11 @@ class Conductor:
             if rnd <= step.rounds:
                 entry.update(stance=None, next=step.id)
                 self.move.trace.append(entry)
-                self.p.update(index=index, round=rnd, said=said, acc=[*self.p.get("acc", []), *current])
+                self.p.pop("acc", None)  # (a copy of said that runs started before 2026-12-04 carry)
+                self.p.update(index=index, round=rnd, said=said)
                 self.ask(step, self.targets(step))
                 return
-            everyone = [*self.p.get("acc", []), *current]
+            everyone = said  # every round's answers: said starts empty when the step is entered
             for k in ("index", "round", "acc"):
                 self.p.pop(k, None)
             self.p["said"] = said

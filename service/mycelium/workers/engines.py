@@ -90,7 +90,7 @@ class EngineWorker:
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.model = model_from_env()
         self.summoned = True  # a summon was hinted (or a hint may have been lost): read the summons
-        self.hinted: set[int] = set()  # runs to read again: a reply came, or this worker moved them
+        self.hinted: set[int] = set()  # runs to read again: a reply came, or a move left one due
         self.everything = True  # read every run this worker holds on the next pass
         self.woken = asyncio.Event()
         self.deadline = time.monotonic()  # when the earliest deadline of the runs held passes
@@ -273,8 +273,9 @@ class EngineWorker:
     async def move_runs(self) -> int:
         """Move the runs that have something to do, a few at a time (each move is its own
         transaction on its own connection; runs are independent): every run this worker holds when
-        it reads everything, else the hinted ones. A run moved is read again on the next pass (the
-        database says whether it is due again)."""
+        it reads everything, else the hinted ones. A move that waits for nothing is read again on
+        the next pass (the database says whether it is due again); one that waits for replies or a
+        deadline is read when a reply's hint or its deadline comes (:meth:`apply`)."""
         everything, self.everything = self.everything, False
         ids, self.hinted = self.hinted, set()
         if not everything and not ids:
@@ -290,8 +291,6 @@ class EngineWorker:
                         raise
                     log.info("run %s: %s", run["short_id"], r.message)
                     return False
-                if moved:
-                    self.hinted.add(run["id"])
                 return moved
 
         due = await self.verbs.call(
@@ -363,6 +362,8 @@ class EngineWorker:
         )
         if move.close is None:
             self.expect(move.wait_seconds)
+            if not move.waiting and move.wait_seconds is None:
+                self.hinted.add(run["id"])  # nothing will hint it: read whether it is due again
 
     async def vectors(
         self, pending: Mapping[str, Any], replies: list[conductor.Reply]
