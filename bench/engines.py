@@ -82,8 +82,13 @@ class Members:
     ``conns`` > 1: each member takes its turns on one connection and answers up to ``conns`` of them
     at once, each on a connection of its own."""
 
-    def __init__(self, dsn: str, handles: list[str], conns: int = 1, rooms: tuple[str, ...] = (ROOM,)) -> None:
+    def __init__(self, dsn: str, handles: list[str], conns: int = 1, rooms: tuple[str, ...] = (ROOM,),
+                 addressed: bool = False) -> None:
         self.dsn = dsn
+        # addressed: answer with post_message addressed to whoever asked (the relay, which reads its
+        # replies with take_next), not with reply (addressed to the last message its member took)
+        self.addressed = addressed
+        self.asker: dict[str, str] = {}  # thread -> who asked its latest turn
         self.handles = handles
         self.conns = conns
         self.rooms = rooms
@@ -113,13 +118,18 @@ class Members:
         line = payload.get("conductor") or {}
         if line.get("event") != "turn":
             return None
+        self.asker[row["episode"]] = row["sender"]
         before = self.sent.pop((row["episode"], line["turn"] - 1), None)
         if before is not None:
             self.latency.append(time.perf_counter() - before)
         return int(line["turn"])
 
     async def _answer(self, conn: asyncpg.Connection, handle: str, room: str, episode: str, turn: int) -> None:
-        await conn.execute("SELECT 1 FROM mycelium.reply($1, $2, 'ok', NULL, $3)", room, handle, episode)
+        if self.addressed:
+            await conn.execute("SELECT 1 FROM mycelium.post_message($1, $2, 'ok', $3, ARRAY[$4], 'exchange', NULL, "
+                               "'reply')", room, handle, episode, self.asker[episode])
+        else:
+            await conn.execute("SELECT 1 FROM mycelium.reply($1, $2, 'ok', NULL, $3)", room, handle, episode)
         self.sent[(episode, turn)] = time.perf_counter()
 
     async def _take(self, conn: asyncpg.Connection, handle: str, start: int) -> tuple[asyncpg.Record | None, int]:
@@ -195,6 +205,98 @@ async def raw_round_trip(dsn: str, hops: int) -> list[float]:
         for c in (a, b, listen):
             await c.close()
     return out
+
+
+class Relay:
+    """The limit of (b): the runs' turns passed on with no engine in between. Each run has a relay
+    handle of its own (its own cursor, so runs do not queue on one handle); a member's reply wakes
+    it (the reply is addressed to whoever woke the member), it takes the reply and posts the next
+    question to the other member in the run's thread: two plain verbs per step, ``take_next`` and
+    ``post_message``, no floor, trace or state. At most ``conns`` steps at once, as a worker moves
+    ``MOVES_AT_ONCE`` runs at once."""
+
+    def __init__(self, dsn: str, runs: list[tuple[str, str]], members: list[str], turns: int, conns: int,
+                 first: int = 0) -> None:
+        self.dsn = dsn
+        self.runs = {f"relay{first + 2 * i}": (room, episode) for i, (room, episode) in enumerate(runs)}
+        self.members = members
+        self.turns = turns
+        self.conns = conns
+        self.turn = dict.fromkeys(self.runs, 0)
+        self.done = asyncio.Event()
+
+    async def _ask(self, conn: asyncpg.Connection, handle: str) -> None:
+        room, episode = self.runs[handle]
+        self.turn[handle] += 1
+        turn = self.turn[handle]
+        if turn > self.turns:
+            if all(t > self.turns for t in self.turn.values()):
+                self.done.set()
+            return
+        line = json.dumps({"conductor": {"event": "turn", "turn": turn}})
+        await conn.execute("SELECT 1 FROM mycelium.post_message($1, $2, $3, $4, ARRAY[$5], 'exchange', NULL, "
+                           "'message', $6::jsonb)", room, handle, f"turn {turn}: go", episode,
+                           self.members[(turn - 1) % len(self.members)], line)
+
+    async def run(self) -> None:
+        pool = await asyncpg.create_pool(self.dsn, min_size=self.conns, max_size=self.conns)
+        listen = await asyncpg.connect(self.dsn)
+        woken: asyncio.Queue[str] = asyncio.Queue()
+
+        def hint(_c: object, _pid: int, _channel: str, payload: str) -> None:
+            for h in payload.split("\t")[-1].split(","):
+                if h in self.runs:
+                    woken.put_nowait(h)
+        await listen.add_listener("mycelium_wakes", hint)
+        gate = asyncio.Semaphore(self.conns)
+        moving: set[asyncio.Task[None]] = set()
+
+        async def step(handle: str) -> None:
+            async with gate, pool.acquire() as conn:
+                room, _ = self.runs[handle]
+                while await conn.fetchrow("SELECT 1 FROM mycelium.take_next($1, $2)", room, handle) is not None:
+                    await self._ask(conn, handle)
+        try:
+            async with pool.acquire() as conn:
+                for handle in self.runs:
+                    await self._ask(conn, handle)
+            while not self.done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    handle = await asyncio.wait_for(woken.get(), 0.5)
+                    t = asyncio.create_task(step(handle))
+                    moving.add(t)
+                    t.add_done_callback(moving.discard)
+            await asyncio.gather(*moving)
+        finally:
+            await listen.close()
+            await pool.close()
+
+
+async def relayed_runs(conn: asyncpg.Connection, dsn: str, postmaster: int | None, runs: int, members: list[str],
+                       conns: int, rooms: tuple[str, ...]) -> dict[str, Any]:
+    """(b)'s limit once: ``runs`` runs of 10 turns relayed at once over ``rooms`` (:class:`Relay`),
+    members answering ``conns`` turns at once each."""
+    threads = []
+    for i in range(runs):
+        room = rooms[i % len(rooms)]
+        row = await conn.fetchrow("SELECT key, episode FROM mycelium.create_task($1, $2, 'bench')", room, f"relay {i}")
+        threads.append((room, row["episode"]))
+    team = Members(dsn, members, conns, rooms, addressed=True)
+    stop = asyncio.Event()
+    task = asyncio.create_task(team.run(stop))
+    db0 = server_cpu(postmaster)
+    started = time.perf_counter()
+    # two relay processes, as two workers carry (b)'s runs, each with its half of the runs
+    halves = [{"dsn": dsn, "runs": threads[i::2], "first": i, "members": members} for i in range(2)]
+    procs = [await asyncio.create_subprocess_exec(sys.executable, __file__, "--relay", json.dumps(h)) for h in halves]
+    for p in procs:
+        if await p.wait() != 0:
+            raise RuntimeError("a relay process failed")
+    elapsed = time.perf_counter() - started
+    stop.set()
+    await task
+    steps = runs * 10
+    return {"latency": team.latency, "steps": steps, "elapsed": elapsed, "db": (server_cpu(postmaster) - db0) / steps}
 
 
 def start_worker(dsn: str, folder: Path, name: str) -> subprocess.Popen[bytes]:
@@ -302,6 +404,10 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def main() -> None:
+    if sys.argv[1:2] == ["--relay"]:  # one relay process of (b)'s limit
+        half = json.loads(sys.argv[2])
+        await Relay(half["dsn"], [tuple(r) for r in half["runs"]], half["members"], 10, 12, half["first"]).run()
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--steps", type=int, default=100, help="steps of the single run (a)")
@@ -339,6 +445,9 @@ async def main() -> None:
         serial = await many_runs(conn, db.dsn, db.postmaster, workers, args.runs, ["cy", "dee"], 1, rooms)
         wide = await many_runs(conn, db.dsn, db.postmaster, workers, args.runs, ["eve", "fay"], args.member_conns,
                                rooms)
+        # (b)'s limit: the same runs relayed with no engine in between
+        limits = [await relayed_runs(conn, db.dsn, db.postmaster, args.runs, members, n, rooms)
+                  for members, n in ((["gus", "hal"], 1), (["ivy", "jo"], args.member_conns))]
         dup = await conn.fetchval(
             "SELECT count(*) FROM (SELECT run_id, turn FROM mycelium.engine_posts WHERE event = 'turn' "
             "GROUP BY 1, 2 HAVING count(*) > 1) d")
@@ -362,6 +471,10 @@ async def main() -> None:
                      f"{b['cpu'] * 1000:.1f}", dbms(b["db"]), len(b["latency"])])
         rows.append(["  its hub side: reply inserted -> next question inserted",
                      f"{statistics.median(b['hub']) * 1000:.1f}", f"{pct(b['hub'], 0.99):.1f}", "", "", len(b["hub"])])
+    for n, b in zip((1, args.member_conns), limits, strict=True):
+        rows.append([f"(b)'s limit: the same {args.runs} runs relayed with no engine (take + post), members {n} at a time",
+                     f"{statistics.median(b['latency']) * 1000:.1f}", f"{pct(b['latency'], 0.99):.1f}", "-",
+                     dbms(b["db"]), len(b["latency"])])
     holds = "; ".join(
         f"members {n} at a time: " + ", ".join(f"{who} p50 {b['holds'][k][0]:.1f} / p90 {b['holds'][k][1]:.1f} ms"
                                                 for k, who in (("engine", "engine steps"), ("reply", "replies"))
@@ -369,10 +482,13 @@ async def main() -> None:
         for n, b in ((1, serial), (args.member_conns, wide)))
     rates = "; ".join(f"{b['steps']} steps in {b['elapsed']:.1f} s = {b['steps'] / b['elapsed']:.0f} steps/s "
                       f"(load {b['load'][0]:.1f} -> {b['load'][1]:.1f})" for b in (serial, wide))
+    relayed = "; ".join(f"members {n} at a time: {b['steps'] / b['elapsed']:.0f} steps/s"
+                        for n, b in zip((1, args.member_conns), limits, strict=True))
     text = (f"## Engines on workers (`bench/engines.py`) — {stamp()}\n\n{machine()}; PostgreSQL embedded; "
             "members are asyncpg connections replying through `mycelium.reply`, woken by `mycelium_wakes`.\n\n"
             + table(["path", "p50 ms", "p99 ms", "worker CPU ms/step", "database CPU ms/step", "samples"], rows)
-            + f"\n\n(b): {rates}; questions posted twice: {dup}. A step's latency is from the member's reply "
+            + f"\n\n(b): {rates}; questions posted twice: {dup}. Relayed with no engine: {relayed}. "
+            "A step's latency is from the member's reply "
             "committing to the next question in a member's hands; the raw round trip is one post woken and "
             "taken. The hub side is read from the messages' own timestamps afterwards.\n\n"
             "The room's position counter, per writing transaction, from its first message's position to the next "
