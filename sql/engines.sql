@@ -590,6 +590,7 @@ DECLARE
   written mycelium.memories;
   old_turn integer;
   old_step text;
+  taken integer;
 BEGIN
   SELECT * INTO r FROM mycelium.engine_runs WHERE room = p_room AND id = p_run FOR UPDATE;
   old_turn := r.turn;
@@ -613,13 +614,15 @@ BEGIN
       format('run %s is at seq %s, not %s: read it again', r.short_id, r.seq, p_seq),
       jsonb_build_object('seq', r.seq));
   END IF;
-  FOR p IN SELECT * FROM jsonb_array_elements(CASE jsonb_typeof(p_trace) WHEN 'array' THEN p_trace
-                                                  WHEN 'object' THEN jsonb_build_array(p_trace) ELSE '[]' END) LOOP
-    r.turn := r.turn + 1;
+  IF jsonb_typeof(p_trace) IN ('array', 'object') THEN  -- the steps taken, turns old_turn + 1, …
     INSERT INTO mycelium.engine_trace (room, run_id, turn, step, entry, worker)
-    VALUES (p_room, r.id, r.turn, coalesce(p ->> 'step', r.step, ''), p || jsonb_build_object('turn', r.turn),
-            p_worker);
-  END LOOP;
+    SELECT p_room, r.id, old_turn + t.n, coalesce(t.e ->> 'step', r.step, ''),
+           t.e || jsonb_build_object('turn', old_turn + t.n), p_worker
+    FROM jsonb_array_elements(CASE jsonb_typeof(p_trace) WHEN 'array' THEN p_trace
+                                   ELSE jsonb_build_array(p_trace) END) WITH ORDINALITY AS t (e, n);
+    GET DIAGNOSTICS taken = ROW_COUNT;
+    r.turn := old_turn + taken;
+  END IF;
   SELECT coalesce(max(seq), 0) INTO next_seq FROM mycelium.engine_posts WHERE room = p_room AND run_id = r.id;
   UPDATE mycelium.engine_runs SET
     seq = r.seq + 1, turn = r.turn, step = p_step,
@@ -667,8 +670,11 @@ BEGIN
     UPDATE mycelium.engine_runs SET asked_position = asked WHERE room = p_room AND id = r.id;
     r.asked_position := asked;
   END IF;
+  IF jsonb_typeof(p_memory) IS DISTINCT FROM 'array' AND jsonb_typeof(p_memory) IS DISTINCT FROM 'object' THEN
+    RETURN r;  -- nothing to write (most steps)
+  END IF;
   FOR p IN SELECT * FROM jsonb_array_elements(CASE jsonb_typeof(p_memory) WHEN 'array' THEN p_memory
-                                                  WHEN 'object' THEN jsonb_build_array(p_memory) ELSE '[]' END) LOOP
+                                                  ELSE jsonb_build_array(p_memory) END) LOOP
     IF p ? 'task' THEN  -- a child task, filed through the board's verb, part of the run's row
       written := mycelium.create_task(p_room, p #>> '{task,title}', r.engine, NULL, p #>> '{task,assignee}',
                                       coalesce(p #>> '{task,parent}', r.task_key));

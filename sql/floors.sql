@@ -187,23 +187,32 @@ CREATE OR REPLACE TRIGGER floors_after_write AFTER INSERT OR UPDATE OR DELETE ON
 -- Verbs.
 
 -- Hold (or re-hold) a thread's floor for p_holder, admitting p_speakers too. Re-holding replaces;
--- holding exactly the same floor again changes nothing and announces nothing.
+-- holding exactly the same floor again changes nothing and announces nothing. A floor that moves
+-- (a flow's every step) is one UPDATE; the INSERT, whose trigger first checks that the thread
+-- exists, is only for a thread's first floor (and a floor held again unchanged, which it leaves).
 CREATE OR REPLACE FUNCTION mycelium.hold_floor(
   p_room text, p_episode text, p_holder text, p_speakers text[] DEFAULT '{}', p_by text DEFAULT NULL
 ) RETURNS mycelium.floors LANGUAGE plpgsql AS $$
 DECLARE
   ep text := mycelium.episode_ref(p_room, p_episode);
   by_handle text := mycelium.author(p_by, 'by');
-  holder text;
-  speakers text[];
+  who text;
+  admitted text[];
   r mycelium.floors;
 BEGIN
   PERFORM mycelium.require_room(p_room);
-  holder := mycelium.require_handle(p_holder, 'holder');
-  speakers := array_remove(mycelium.handle_list(p_speakers, 'speaker'), holder);
+  who := mycelium.require_handle(p_holder, 'holder');
+  admitted := array_remove(mycelium.handle_list(p_speakers, 'speaker'), who);
   IF by_handle IS NOT NULL THEN PERFORM set_config('mycelium.actor', by_handle, true); END IF;
+  UPDATE mycelium.floors AS f
+  SET holder = who, speakers = admitted, held_by = coalesce(mycelium.normalize_handle(by_handle), who)
+  WHERE f.room = p_room AND f.episode = ep AND (f.holder, f.speakers) IS DISTINCT FROM (who, admitted)
+  RETURNING * INTO r;
+  IF FOUND THEN
+    RETURN r;
+  END IF;
   INSERT INTO mycelium.floors AS f (room, episode, holder, speakers, held_by)
-  VALUES (p_room, ep, holder, speakers, coalesce(mycelium.normalize_handle(by_handle), holder))
+  VALUES (p_room, ep, who, admitted, coalesce(mycelium.normalize_handle(by_handle), who))
   ON CONFLICT (room, episode) DO UPDATE SET holder = excluded.holder, speakers = excluded.speakers,
                                             held_by = excluded.held_by
     WHERE (f.holder, f.speakers) IS DISTINCT FROM (excluded.holder, excluded.speakers)

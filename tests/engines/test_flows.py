@@ -44,22 +44,11 @@ async def test_gated_runs_to_resolved_with_the_floor_passing_between_the_address
     await setup_room(admin_conn)
     key, episode = await make_task(admin_conn, "atlas", "Ship the pricing page")
     nova_rule, julia_rule = gated_rules(blocks=1)
-    floors: list[tuple[str, list[str]]] = []
-
-    async def watch_floor() -> None:
-        f = await admin_conn.fetchrow(
-            "SELECT holder, speakers FROM mycelium.floors WHERE room = 'atlas' AND episode = $1", episode
-        )
-        seen = (f["holder"], list(f["speakers"])) if f else None
-        if seen and (not floors or floors[-1] != seen):
-            floors.append(seen)
-
     await engines_hub(MYCELIUM_CONDUCTOR_STEP_TIMEOUT_S="30")
     nova, julia = agents("nova", nova_rule), agents("julia", julia_rule)
     await coordinate(admin_conn, "atlas", key, "gated @nova @julia: ship the pricing page")
 
     async def done():
-        await watch_floor()
         r = await run_of(admin_conn, "atlas", episode)
         return r if r is not None and r["state"] != "open" else None
 
@@ -95,9 +84,16 @@ async def test_gated_runs_to_resolved_with_the_floor_passing_between_the_address
         "gated: julia blocked, on to revise",
         "gated: julia accepted, on to passed",
     ]
-    # the floor: the conductor alone at the start, then exactly whom each step addressed; gone at the end
-    assert floors[0][0] == "conductor"
-    assert [s for _, s in floors if s] == [["nova"], ["julia"], ["nova"], ["julia"]]
+    # the floor, as its notices record every change: the conductor alone at the start, then exactly
+    # whom each step addressed; released at the end, and gone
+    floors = await admin_conn.fetch(
+        "SELECT payload ->> 'holder' AS holder, payload ->> 'speakers' AS speakers, payload ? 'released' AS released "
+        "FROM mycelium.messages WHERE room = 'atlas' AND payload_type = 'notice' AND payload ->> 'subkind' = 'floor' "
+        "AND payload ->> 'episode' = $1 ORDER BY position", episode)
+    assert (floors[0]["holder"], floors[0]["speakers"]) == ("conductor", "")
+    assert [f["speakers"] for f in floors if not f["released"]] == ["", "nova", "julia", "nova", "julia"]
+    assert all(f["holder"] == "conductor" for f in floors)
+    assert [f["released"] for f in floors] == [False] * 5 + [True]
     assert await admin_conn.fetchval("SELECT count(*) FROM mycelium.floors WHERE episode = $1", episode) == 0
     # a run never writes the task's status or lease
     row = await admin_conn.fetchrow(

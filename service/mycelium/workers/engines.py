@@ -39,7 +39,7 @@ from mycelium.engines.aligner import worker as aligner
 from mycelium.engines.flows import BUILT_IN, FlowError, Protocol, catalogue, parse_protocol
 from mycelium.engines.models import model_from_env
 from mycelium.errors import Refusal
-from mycelium.verbs import HUB_PRINCIPAL, NOBODY, Actor, Verbs, verbs_of
+from mycelium.verbs import HUB_PRINCIPAL, NOBODY, Actor, Verbs
 from mycelium.workers import synthesis
 from mycelium.workers.loop import Loop, LoopContext
 
@@ -388,7 +388,12 @@ class EngineWorker:
 async def run_engines(ctx: LoopContext) -> None:
     hub = ctx.hub
     worker = EngineWorker(
-        verbs_of(hub, HUB_PRINCIPAL),  # the hub itself: behind the gate it sees private rooms too
+        # the hub itself (behind the gate it sees private rooms too), its writes' hints sent by their
+        # own commits (the triggers' NOTIFY), not queued for the listener's next batch: a step's
+        # question wakes its member a round trip sooner, and no crash between the commit and the
+        # send can lose the hint. Engine commits are few beside the API's, so their queueing on the
+        # server's notify lock (the reason the API defers its hints) costs them little.
+        Verbs(hub.db, None, HUB_PRINCIPAL),
         kinds_from_env(),
         _float_env("MYCELIUM_ENGINE_LEASE_SECONDS", 15.0),
         _float_env("MYCELIUM_CONDUCTOR_STEP_TIMEOUT_S", conductor.STEP_TIMEOUT_SECONDS),
