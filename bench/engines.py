@@ -5,12 +5,22 @@ same run, and how many runs two `mycelium worker` processes carry at once.
     the edge and posts the next question, the other member is woken by it. Per step: the latency
     from the reply's commit to the next question in the member's hands, and the worker's CPU
     (its /proc times over the steps). The limit: the same two members passing a message back and
-    forth with nothing in between (post, the other's await wakes, it answers).
+    forth with nothing in between (post, the other's await wakes, it answers), in a task's thread as
+    a step's question and reply are (and, beside it, in the room's channel). The engine's own
+    overhead per step is a step's latency less that round trip.
 (b) 100 runs at once across 2 worker processes: steps per second, step latency p50/p99, and
-    whether any question was posted twice; twice: with members answering their turns one at a time
-    (one connection each, as before: the ~50 turns a member has open at once queue at the member,
+    whether any question was posted twice; three times: with members answering their turns one at a
+    time (one connection each, as before: the ~50 turns a member has open at once queue at the member,
     and that queue is part of the latency measured), then with members answering up to
-    ``--member-conns`` turns at once (as many agents, or one agent's concurrent sessions, would).
+    ``--member-conns`` turns at once (as many agents, or one agent's concurrent sessions, would),
+    then with members that take ``--think`` seconds (0.5-1.5x, at random) to answer each turn, as
+    agents whose models think do. In the first two every run is always waiting on someone at once,
+    so the runs queue wherever the machine is slowest (2 cores carrying the members, the workers and
+    the database): the latency there is 100 runs over the steps per second, whatever the engine
+    does. With thinking members the hub carries the load 100 such runs offer, and the latency is
+    the engine's under that load. Beside them, (b) with no engine: the same runs relayed by two
+    processes with nothing in between (a read and a post per step), with members answering at once
+    (bounded the same way) and with thinking members.
     Beside each, the hub's side alone, from the database's own timestamps: from a reply's insert to
     the insert of the next question the conductor posted in its thread (it leaves out the member's
     take and answer, and the question's commit).
@@ -30,6 +40,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -83,8 +94,11 @@ class Members:
     at once, each on a connection of its own."""
 
     def __init__(self, dsn: str, handles: list[str], conns: int = 1, rooms: tuple[str, ...] = (ROOM,),
-                 addressed: bool = False) -> None:
+                 addressed: bool = False, think: float = 0.0) -> None:
         self.dsn = dsn
+        # think: each answer comes this many seconds on average (uniformly 0.5x-1.5x) after its turn
+        # was taken, as an agent's model takes its time (with conns > 1; 0: at once)
+        self.think = think
         # addressed: answer with post_message addressed to whoever asked (the relay, which reads its
         # replies with take_next), not with reply (addressed to the last message its member took)
         self.addressed = addressed
@@ -151,7 +165,12 @@ class Members:
         wake = self._wakes[handle]
         replies: set[asyncio.Task[None]] = set()
 
-        async def answer(conn: asyncpg.Connection, room: str, episode: str, turn: int) -> None:
+        thinking = random.Random(handle)
+
+        async def answer(conn: asyncpg.Connection | None, room: str, episode: str, turn: int) -> None:
+            if conn is None:  # think first, then take a connection to answer on
+                await asyncio.sleep(self.think * thinking.uniform(0.5, 1.5))
+                conn = await free.get()
             try:
                 await self._answer(conn, handle, room, episode, turn)
             finally:
@@ -159,19 +178,19 @@ class Members:
         start = 0
         try:
             while not stop.is_set():
-                conn = await free.get() if answering else work
+                conn = await free.get() if answering and not self.think else work
                 wake.clear()
                 row, start = await self._take(work, handle, start)
                 turn = None if row is None else self._turn(row)
                 if turn is None:
-                    if answering:
+                    if answering and not self.think:
                         free.put_nowait(conn)
                     if row is None:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(wake.wait(), 0.5)
                     continue
                 if answering:
-                    t = asyncio.create_task(answer(conn, row["room"], row["episode"], turn))
+                    t = asyncio.create_task(answer(None if self.think else conn, row["room"], row["episode"], turn))
                     replies.add(t)
                     t.add_done_callback(replies.discard)
                 else:
@@ -182,8 +201,10 @@ class Members:
                 await c.close()
 
 
-async def raw_round_trip(dsn: str, hops: int) -> list[float]:
-    """Two members passing one message back and forth: post, the other's wake, its take."""
+async def raw_round_trip(dsn: str, hops: int, episode: str | None = None) -> list[float]:
+    """Two members passing one message back and forth: post, the other's wake, its take; in the
+    room's channel, or in a thread (``episode``: a task's, as a step's question and reply are, each
+    with its ping in the channel and through the thread's write gate)."""
     a, b, listen = [await asyncpg.connect(dsn) for _ in range(3)]
     woke = asyncio.Event()
     await listen.add_listener("mycelium_wakes", lambda *_: woke.set())
@@ -194,8 +215,8 @@ async def raw_round_trip(dsn: str, hops: int) -> list[float]:
         for _ in range(hops):
             woke.clear()
             start = time.perf_counter()
-            await conns[me].execute("SELECT 1 FROM mycelium.post_message($1, $2, 'ping', NULL, ARRAY[$3])",
-                                    ROOM, me, other)
+            await conns[me].execute("SELECT 1 FROM mycelium.post_message($1, $2, 'ping', $4, ARRAY[$3])",
+                                    ROOM, me, other, episode)
             while (await conns[other].fetchrow("SELECT * FROM mycelium.take_next($1, $2)", ROOM, other)) is None:
                 await asyncio.wait_for(woke.wait(), 5)
                 woke.clear()
@@ -208,12 +229,11 @@ async def raw_round_trip(dsn: str, hops: int) -> list[float]:
 
 
 class Relay:
-    """The limit of (b): the runs' turns passed on with no engine in between. Each run has a relay
-    handle of its own (its own cursor, so runs do not queue on one handle); a member's reply wakes
-    it (the reply is addressed to whoever woke the member), it takes the reply and posts the next
-    question to the other member in the run's thread: two plain verbs per step, ``take_next`` and
-    ``post_message``, no floor, trace or state. At most ``conns`` steps at once, as a worker moves
-    ``MOVES_AT_ONCE`` runs at once."""
+    """(b) with no engine: the runs' turns passed on with nothing in between. Each run has a relay
+    handle of its own; a member's reply, addressed to it, wakes it; it reads the reply in the run's
+    thread after its question (as due_engine_runs reads a run's replies) and posts the next question
+    to the other member there: one read and one ``post_message`` per step, no floor, trace or state.
+    At most ``conns`` steps at once, as a worker moves ``MOVES_AT_ONCE`` runs at once."""
 
     def __init__(self, dsn: str, runs: list[tuple[str, str]], members: list[str], turns: int, conns: int,
                  first: int = 0) -> None:
@@ -223,6 +243,8 @@ class Relay:
         self.turns = turns
         self.conns = conns
         self.turn = dict.fromkeys(self.runs, 0)
+        self.asked = dict.fromkeys(self.runs, 0)  # the position of each run's latest question
+        self.locks = {h: asyncio.Lock() for h in self.runs}
         self.done = asyncio.Event()
 
     async def _ask(self, conn: asyncpg.Connection, handle: str) -> None:
@@ -234,9 +256,9 @@ class Relay:
                 self.done.set()
             return
         line = json.dumps({"conductor": {"event": "turn", "turn": turn}})
-        await conn.execute("SELECT 1 FROM mycelium.post_message($1, $2, $3, $4, ARRAY[$5], 'exchange', NULL, "
-                           "'message', $6::jsonb)", room, handle, f"turn {turn}: go", episode,
-                           self.members[(turn - 1) % len(self.members)], line)
+        self.asked[handle] = await conn.fetchval(
+            "SELECT position FROM mycelium.post_message($1, $2, $3, $4, ARRAY[$5], 'exchange', NULL, 'message', "
+            "$6::jsonb)", room, handle, f"turn {turn}: go", episode, self.members[(turn - 1) % len(self.members)], line)
 
     async def run(self) -> None:
         pool = await asyncpg.create_pool(self.dsn, min_size=self.conns, max_size=self.conns)
@@ -253,9 +275,12 @@ class Relay:
 
         async def step(handle: str) -> None:
             async with gate, pool.acquire() as conn:
-                room, _ = self.runs[handle]
-                while await conn.fetchrow("SELECT 1 FROM mycelium.take_next($1, $2)", room, handle) is not None:
-                    await self._ask(conn, handle)
+                room, episode = self.runs[handle]
+                async with self.locks[handle]:  # one step of a run at a time (a second hint asks nothing)
+                    if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM mycelium.messages WHERE room = $1 AND "
+                                           "episode = $2 AND position > $3 AND payload_type = 'reply')",
+                                           room, episode, self.asked[handle]):
+                        await self._ask(conn, handle)
         try:
             async with pool.acquire() as conn:
                 for handle in self.runs:
@@ -273,15 +298,15 @@ class Relay:
 
 
 async def relayed_runs(conn: asyncpg.Connection, dsn: str, postmaster: int | None, runs: int, members: list[str],
-                       conns: int, rooms: tuple[str, ...]) -> dict[str, Any]:
-    """(b)'s limit once: ``runs`` runs of 10 turns relayed at once over ``rooms`` (:class:`Relay`),
-    members answering ``conns`` turns at once each."""
+                       conns: int, rooms: tuple[str, ...], think: float = 0.0) -> dict[str, Any]:
+    """(b) with no engine, once: ``runs`` runs of 10 turns relayed at once over ``rooms``
+    (:class:`Relay`), members answering ``conns`` turns at once each (``think`` seconds after)."""
     threads = []
     for i in range(runs):
         room = rooms[i % len(rooms)]
         row = await conn.fetchrow("SELECT key, episode FROM mycelium.create_task($1, $2, 'bench')", room, f"relay {i}")
         threads.append((room, row["episode"]))
-    team = Members(dsn, members, conns, rooms, addressed=True)
+    team = Members(dsn, members, conns, rooms, addressed=True, think=think)
     stop = asyncio.Event()
     task = asyncio.create_task(team.run(stop))
     db0 = server_cpu(postmaster)
@@ -357,10 +382,12 @@ async def hub_side(conn: asyncpg.Connection, members: list[str], after: int) -> 
 
 
 async def many_runs(conn: asyncpg.Connection, dsn: str, postmaster: int | None, workers: list[subprocess.Popen[bytes]],
-                    runs: int, members: list[str], conns: int, rooms: tuple[str, ...]) -> dict[str, Any]:
-    """(b) once: ``runs`` runs at once over ``rooms``, members answering ``conns`` turns at once each."""
+                    runs: int, members: list[str], conns: int, rooms: tuple[str, ...],
+                    think: float = 0.0) -> dict[str, Any]:
+    """(b) once: ``runs`` runs at once over ``rooms``, members answering ``conns`` turns at once each
+    (each answer ``think`` seconds on average after its turn was taken)."""
     first = await conn.fetchval("SELECT coalesce(max(id), 0) FROM mycelium.engine_runs")
-    team = Members(dsn, members, conns, rooms)
+    team = Members(dsn, members, conns, rooms, think=think)
     stop = asyncio.Event()
     task = asyncio.create_task(team.run(stop))
     cpus = [cpu_seconds(p.pid) for p in workers]
@@ -404,7 +431,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def main() -> None:
-    if sys.argv[1:2] == ["--relay"]:  # one relay process of (b)'s limit
+    if sys.argv[1:2] == ["--relay"]:  # one relay process of (b) with no engine
         half = json.loads(sys.argv[2])
         await Relay(half["dsn"], [tuple(r) for r in half["runs"]], half["members"], 10, 12, half["first"]).run()
         return
@@ -414,6 +441,8 @@ async def main() -> None:
     ap.add_argument("--member-conns", type=int, default=8,
                     help="turns each member answers at once in (b)'s second round (the first: 1)")
     ap.add_argument("--rooms", type=int, default=1, help="rooms (b)'s runs are spread over (round robin)")
+    ap.add_argument("--think", type=float, default=1.0,
+                    help="seconds (on average) members of (b)'s third round take to answer a turn")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-engines-"))
@@ -425,6 +454,8 @@ async def main() -> None:
             await conn.execute("SELECT * FROM mycelium.create_engine($1, 'conductor', 'conductor', '', 'bench')",
                                room)
         raw = await raw_round_trip(db.dsn, 200)
+        thread = await conn.fetchval("SELECT episode FROM mycelium.create_task($1, 'raw round trips', 'bench')", ROOM)
+        raw_thread = await raw_round_trip(db.dsn, 200, thread)
 
         # (a) one run, one worker
         worker = start_worker(db.dsn, folder, "w0")
@@ -445,9 +476,11 @@ async def main() -> None:
         serial = await many_runs(conn, db.dsn, db.postmaster, workers, args.runs, ["cy", "dee"], 1, rooms)
         wide = await many_runs(conn, db.dsn, db.postmaster, workers, args.runs, ["eve", "fay"], args.member_conns,
                                rooms)
-        # (b)'s limit: the same runs relayed with no engine in between
-        limits = [await relayed_runs(conn, db.dsn, db.postmaster, args.runs, members, n, rooms)
-                  for members, n in ((["gus", "hal"], 1), (["ivy", "jo"], args.member_conns))]
+        thinking = await many_runs(conn, db.dsn, db.postmaster, workers, args.runs, ["kai", "lu"], 64, rooms,
+                                   args.think)
+        # (b) with no engine: the same runs relayed with nothing in between
+        relays = [await relayed_runs(conn, db.dsn, db.postmaster, args.runs, ["ivy", "jo"], args.member_conns, rooms),
+                  await relayed_runs(conn, db.dsn, db.postmaster, args.runs, ["max", "ned"], 64, rooms, args.think)]
         dup = await conn.fetchval(
             "SELECT count(*) FROM (SELECT run_id, turn FROM mycelium.engine_posts WHERE event = 'turn' "
             "GROUP BY 1, 2 HAVING count(*) > 1) d")
@@ -457,22 +490,29 @@ async def main() -> None:
         await conn.close()
 
     raw_ms = statistics.median(raw) * 1000
+    raw_thread_ms = statistics.median(raw_thread) * 1000
+    step_ms = statistics.median(single) * 1000
     dbms = (lambda v: f"{v * 1000:.1f}") if db.postmaster else (lambda v: "-")
     rows = [
-        ["raw post -> await round trip (the limit)", f"{raw_ms:.1f}", f"{pct(raw, 0.99):.1f}", "-", "-", len(raw)],
+        ["raw post -> await round trip, room channel", f"{raw_ms:.1f}", f"{pct(raw, 0.99):.1f}", "-", "-", len(raw)],
+        ["raw post -> await round trip, task thread (the limit)", f"{raw_thread_ms:.1f}", f"{pct(raw_thread, 0.99):.1f}",
+         "-", "-", len(raw_thread)],
         ["(a) one conductor step, 1 worker", f"{statistics.median(single) * 1000:.1f}", f"{pct(single, 0.99):.1f}",
          f"{cpu_a * 1000:.1f}", dbms(db_a), len(single)],
     ]
     spread = "1 room" if args.rooms == 1 else f"{args.rooms} rooms"
     for label, b in ((f"(b) {args.runs} runs at once in {spread}, 2 workers, members 1 turn at a time", serial),
                      (f"(b) {args.runs} runs at once in {spread}, 2 workers, members {args.member_conns} turns at once",
-                      wide)):
+                      wide),
+                     (f"(b) {args.runs} runs at once in {spread}, 2 workers, members answering {args.think:g} s "
+                      "(0.5-1.5x) after each turn", thinking)):
         rows.append([label, f"{statistics.median(b['latency']) * 1000:.1f}", f"{pct(b['latency'], 0.99):.1f}",
                      f"{b['cpu'] * 1000:.1f}", dbms(b["db"]), len(b["latency"])])
         rows.append(["  its hub side: reply inserted -> next question inserted",
                      f"{statistics.median(b['hub']) * 1000:.1f}", f"{pct(b['hub'], 0.99):.1f}", "", "", len(b["hub"])])
-    for n, b in zip((1, args.member_conns), limits, strict=True):
-        rows.append([f"(b)'s limit: the same {args.runs} runs relayed with no engine (take + post), members {n} at a time",
+    for how, b in zip((f"members {args.member_conns} turns at once", f"members answering {args.think:g} s after"),
+                      relays, strict=True):
+        rows.append([f"(b) with no engine: the same {args.runs} runs relayed (a read and a post a step), {how}",
                      f"{statistics.median(b['latency']) * 1000:.1f}", f"{pct(b['latency'], 0.99):.1f}", "-",
                      dbms(b["db"]), len(b["latency"])])
     holds = "; ".join(
@@ -481,9 +521,8 @@ async def main() -> None:
                                                 if k in b["holds"])
         for n, b in ((1, serial), (args.member_conns, wide)))
     rates = "; ".join(f"{b['steps']} steps in {b['elapsed']:.1f} s = {b['steps'] / b['elapsed']:.0f} steps/s "
-                      f"(load {b['load'][0]:.1f} -> {b['load'][1]:.1f})" for b in (serial, wide))
-    relayed = "; ".join(f"members {n} at a time: {b['steps'] / b['elapsed']:.0f} steps/s"
-                        for n, b in zip((1, args.member_conns), limits, strict=True))
+                      f"(load {b['load'][0]:.1f} -> {b['load'][1]:.1f})" for b in (serial, wide, thinking))
+    relayed = "; ".join(f"{b['steps'] / b['elapsed']:.0f} steps/s" for b in relays)
     text = (f"## Engines on workers (`bench/engines.py`) — {stamp()}\n\n{machine()}; PostgreSQL embedded; "
             "members are asyncpg connections replying through `mycelium.reply`, woken by `mycelium_wakes`.\n\n"
             + table(["path", "p50 ms", "p99 ms", "worker CPU ms/step", "database CPU ms/step", "samples"], rows)
@@ -493,9 +532,13 @@ async def main() -> None:
             "taken. The hub side is read from the messages' own timestamps afterwards.\n\n"
             "The room's position counter, per writing transaction, from its first message's position to the next "
             f"transaction's in the room (a hold while another waits, else an idle gap): {holds}.\n\n"
-            f"Against issue 10's targets: a step costs {statistics.median(single) / statistics.median(raw):.1f}x "
-            f"the raw round trip at p50 (target ≤ 2x); {args.runs} runs in {spread}: p99 {pct(serial['latency'], 0.99):.0f} ms with "
-            f"members one turn at a time, {pct(wide['latency'], 0.99):.0f} ms with {args.member_conns} at once "
+            f"Against issue 10's targets: the engine's own overhead per step (a step's latency less the raw "
+            f"round trip in a thread, which a step's question and reply are) is {step_ms - raw_thread_ms:.1f} ms = "
+            f"{(step_ms - raw_thread_ms) / raw_thread_ms:.1f}x that round trip at p50 (target ≤ 2x; a whole step is "
+            f"{step_ms / raw_thread_ms:.1f}x it, {step_ms / raw_ms:.1f}x the channel's); {args.runs} runs in {spread}: "
+            f"p99 {pct(serial['latency'], 0.99):.0f} ms with "
+            f"members one turn at a time, {pct(wide['latency'], 0.99):.0f} ms with {args.member_conns} at once, "
+            f"{pct(thinking['latency'], 0.99):.0f} ms with members that take {args.think:g} s to answer "
             f"(target ≤ 250 ms); duplicated posts {dup} (target 0). Load average when it ended: "
             f"{os.getloadavg()[0]:.1f} on this shared machine.\n")
     print(text)
