@@ -139,9 +139,12 @@ ORDER BY t.position
 -- the open runs a worker holds that have something to do now, oldest first (among :ids alone, when
 -- given): no question asked yet, its deadline passed (the database's clock), or every member it
 -- waits for answered; each with the replies its question got (run_replies, in its order: by
--- member, then position), so a move is read in one round trip. (run_replies is inlined here: a
--- WITH ORDINALITY would keep it a function scan planned without the run: 2.5 ms against 0.2-0.5)
-SELECT r.*, coalesce(r.deadline <= now(), false) AS expired, coalesce(got.replies, '[]') AS replies
+-- member, then position), so a move is read in one round trip; a negotiation's with who left it,
+-- if anyone did (negotiation_departure: a worker whose mechanism is at the run's turn needs nothing
+-- more). (run_replies is inlined here: a WITH ORDINALITY would keep it a function scan planned
+-- without the run: 2.5 ms against 0.2-0.5)
+SELECT r.*, coalesce(r.deadline <= now(), false) AS expired, coalesce(got.replies, '[]') AS replies,
+       CASE WHEN r.kind = 'aligner' THEN mycelium.negotiation_departure(r.room, r.id) END AS departure
 FROM mycelium.engine_runs r
 LEFT JOIN LATERAL (
   SELECT jsonb_agg(to_jsonb(x) ORDER BY x.sender, x.position) AS replies, count(*) AS n
