@@ -7,7 +7,8 @@ same run, and how many runs two `mycelium worker` processes carry at once.
     (its /proc times over the steps). The limit: the same two members passing a message back and
     forth with nothing in between (post, the other's await wakes, it answers), in a task's thread as
     a step's question and reply are (and, beside it, in the room's channel). The engine's own
-    overhead per step is a step's latency less that round trip.
+    overhead per step is a step's latency less that round trip. Both round trips are measured before
+    (a) and again after it (200 hops each), on a machine whose load moves.
 (b) 100 runs at once across 2 worker processes: steps per second, step latency p50/p99, and
     whether any question was posted twice; three times: with members answering their turns one at a
     time (one connection each, as before: the ~50 turns a member has open at once queue at the member,
@@ -470,6 +471,8 @@ async def main() -> None:
         single = list(members.latency)
         stop.set()
         await task
+        raw += await raw_round_trip(db.dsn, 200)  # the limits on both sides of (a): the load moves
+        raw_thread += await raw_round_trip(db.dsn, 200, thread)
 
         # (b) many runs, two workers: members one turn at a time, then several at once
         workers = [worker, start_worker(db.dsn, folder, "w1")]
