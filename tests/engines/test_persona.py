@@ -203,3 +203,38 @@ async def test_behind_the_token_gate_a_persona_answers_in_a_private_room(admin_c
 
     done = await eventually(answered)
     assert done["outcome"] == "answered" and done["content"].startswith("Hello"), dict(done)
+
+
+async def test_a_persona_whose_model_takes_its_time_holds_up_no_run(admin_conn, engines_hub, agents, tmp_path):
+    """Summons are answered in tasks of their own: while the one worker waits on a slow model for a
+    persona's turn, a flow it runs in another thread goes on to its close."""
+    await persona_room(admin_conn)
+    script = tmp_path / "script.yaml"
+    script.write_text('rules:\n  - when: "ponder"\n    handle: sage\n    delay: 12\n    reply: "Pondered."\n')
+    await engines_hub(MYCELIUM_MODEL_SCRIPT=str(script), MYCELIUM_CONDUCTOR_STEP_TIMEOUT_S="30")
+    await admin_conn.execute("SELECT * FROM mycelium.post_message('atlas', 'julia', '@sage ponder this')")
+
+    async def pondering():
+        rows = await summons(admin_conn)
+        return rows if rows and rows[0]["taken_by"] is not None else None
+
+    await eventually(pondering)
+    key, episode = await make_task(admin_conn, "atlas", "Quick review")
+    agents("nova", lambda text: "A draft." if "· draft ·" in text else None)
+    agents("julia", lambda text: "Fine. [[mycelium: stance=accept]]" if "· review ·" in text else None)
+    await coordinate(admin_conn, "atlas", key, "review @nova @julia: the notes")
+
+    async def closed():
+        r = await admin_conn.fetchrow("SELECT state FROM mycelium.engine_runs WHERE episode = $1", episode)
+        return r if r is not None and r["state"] != "open" else None
+
+    assert (await eventually(closed, timeout=30))["state"] == "resolved"
+    (s,) = await summons(admin_conn)
+    assert s["state"] == "pending"  # the persona's model is still at it
+
+    async def answered():
+        rows = await summons(admin_conn)
+        return rows if rows and rows[0]["state"] == "done" else None
+
+    (s,) = await eventually(answered, timeout=40)
+    assert s["outcome"] == "answered" and s["answer"] == "Pondered."

@@ -3,8 +3,9 @@
 Every process may run it; the database shares the work out. Each pass:
 
 1. takes pending summons (``claim_engine_summons``, SKIP LOCKED, a lease of its own) and answers
-   each: the conductor's ``list``/``show``, a refusal in place, or a run started
-   (``start_engine_run``); a persona's turn or a synthesis through the model seam (``answer_summon``);
+   each in a task of its own (a slow model holds up no run): the conductor's ``list``/``show``, a
+   refusal in place, or a run started (``start_engine_run``); a persona's turn or a synthesis
+   through the model seam (``answer_summon``);
 2. renews the leases of the runs it holds and takes runs of its kinds whose lease is free or ran
    out (``claim_engine_runs``): a run whose worker died is taken over here;
 3. moves each run it holds that has something to do (``due_engine_runs``, which brings the replies
@@ -30,7 +31,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from mycelium.embed import Embedder
@@ -94,6 +95,10 @@ class EngineWorker:
         self.everything = True  # read every run this worker holds on the next pass
         self.woken = asyncio.Event()
         self.deadline = time.monotonic()  # when the earliest deadline of the runs held passes
+        self.answering: dict[tuple[str, int], asyncio.Task[None]] = {}  # summons being answered
+        self._in_turn: dict[tuple[str, ...], tuple[asyncio.Lock, list[int]]] = {}  # one answer at a time
+        # per scope (the lock, and how many answers hold or wait for it)
+        self._gate = asyncio.Semaphore(MOVES_AT_ONCE)
 
     def on_hint(self, _channel: str, payload: str) -> None:
         """A hint on :data:`CHANNEL`: '<room>' for a summon, '<room>\\t<run id>' for a reply a run
@@ -110,6 +115,12 @@ class EngineWorker:
     # -- summons ------------------------------------------------------------------------------
 
     async def take_summons(self) -> int:
+        """Claim pending summons and answer each in a task of its own, so a model that takes its
+        time over one (a persona's turn, a synthesis) holds up neither the others nor the runs this
+        worker moves. Answers keep their order where it matters: one at a time per thread (so the
+        summons one message makes are answered in order), and per engine for those that remember
+        (persona, synthesizer); at most ``MOVES_AT_ONCE`` at once. A summon still being answered here when its
+        lease ran out and the claim gave it back is not answered twice."""
         self.summoned = False
         rows = await self.verbs.call(
             NOBODY,
@@ -122,25 +133,67 @@ class EngineWorker:
         if len(rows) == SUMMON_BATCH:
             self.summoned = True  # more may wait
         for s in rows:
-            try:
-                if s["outcome"] == "failed":  # the database gave it up: every attempt failed
-                    await self.summon_failed(s, None)
-                elif s["kind"] == "conductor":
-                    await self.conduct(s)
-                elif s["kind"] == "synthesizer":
-                    await synthesis.answer(self.verbs, self.model, self.id, s)
-                elif s["kind"] == "aligner":
-                    self.everything = True  # the negotiation it may start is due at once
-                    await aligner.negotiate(self, s)
-                else:
-                    await self.play(s)
-            except Refusal as r:
-                if r.error != "summon_not_held":
-                    await self.summon_failed(s, f"{r.error}: {r.message}")
-            except Exception as exc:  # one summon that breaks its answer never stalls the others
-                log.exception("summon %s in %s failed", s["id"], s["room"])
-                await self.summon_failed(s, f"{type(exc).__name__}: {exc}")
+            key = (s["room"], s["id"])
+            if key not in self.answering:
+                task = asyncio.create_task(self.summon(s))
+                self.answering[key] = task
+                task.add_done_callback(lambda _t, key=key: self.answering.pop(key, None))
         return len(rows)
+
+    async def summon(self, s: Mapping[str, Any]) -> None:
+        scopes = [("thread", s["room"], s["episode"])]
+        if s["kind"] in ("persona", "synthesizer"):
+            scopes.append(("engine", s["room"], s["engine"]))
+        try:
+            async with contextlib.AsyncExitStack() as held:
+                for scope in scopes:  # (always the thread's first: no two answers wait on each other)
+                    await held.enter_async_context(self._turn_of(scope))
+                async with self._gate:
+                    await self.answer_one(s)
+        except Exception:  # a failure to record a failure: the lease runs out, the summon comes back
+            log.exception("summon %s in %s: its failure could not be recorded", s["id"], s["room"])
+        finally:
+            self.woken.set()  # a run it started is due, or more summons wait
+
+    @contextlib.asynccontextmanager
+    async def _turn_of(self, scope: tuple[str, ...]) -> AsyncIterator[None]:
+        """Hold ``scope``'s turn: answers of one scope go one at a time, in the order claimed."""
+        lock, users = self._in_turn.setdefault(scope, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._in_turn[scope]
+
+    async def answer_one(self, s: Mapping[str, Any]) -> None:
+        try:
+            if s["outcome"] == "failed":  # the database gave it up: every attempt failed
+                await self.summon_failed(s, None)
+            elif s["kind"] == "conductor":
+                await self.conduct(s)
+            elif s["kind"] == "synthesizer":
+                await synthesis.answer(self.verbs, self.model, self.id, s)
+            elif s["kind"] == "aligner":
+                self.everything = True  # the negotiation it may start is due at once
+                await aligner.negotiate(self, s)
+            else:
+                await self.play(s)
+        except Refusal as r:
+            if r.error != "summon_not_held":
+                await self.summon_failed(s, f"{r.error}: {r.message}")
+        except Exception as exc:  # one summon that breaks its answer never stalls the others
+            log.exception("summon %s in %s failed", s["id"], s["room"])
+            await self.summon_failed(s, f"{type(exc).__name__}: {exc}")
+
+    async def stop_answering(self) -> None:
+        """Give up the answers in flight (their summons come back when their leases run out)."""
+        tasks = list(self.answering.values())
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def summon_failed(self, s: Mapping[str, Any], error: str | None) -> None:
         """Record a failed attempt: the summon is tried again later, or, its attempts used up,
@@ -425,6 +478,8 @@ async def run_engines(ctx: LoopContext) -> None:
                     await asyncio.wait_for(worker.woken.wait(), max(until - time.monotonic(), 0.0))
     finally:
         unsubscribe()
+        with contextlib.suppress(Exception):
+            await asyncio.shield(worker.stop_answering())
         with contextlib.suppress(Exception):
             await asyncio.shield(worker.release())
 
