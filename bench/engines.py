@@ -19,7 +19,10 @@ same run, and how many runs two `mycelium worker` processes carry at once.
     so the runs queue wherever the machine is slowest (2 cores carrying the members, the workers and
     the database): the latency there is 100 runs over the steps per second, whatever the engine
     does. With thinking members the hub carries the load 100 such runs offer, and the latency is
-    the engine's under that load. Beside them, (b) with no engine: the same runs relayed by two
+    the engine's under that load, once the start is past: 100 runs started at once are a burst (100
+    run starts, 100 first questions, their answers within the same second), so each variant's
+    latency is also given after each run's first three turns. Beside them, (b) with no engine: the
+    same runs relayed by two
     processes with nothing in between (a read and a post per step), with members answering at once
     (bounded the same way) and with thinking members.
     Beside each, the hub's side alone, from the database's own timestamps: from a reply's insert to
@@ -109,6 +112,7 @@ class Members:
         self.rooms = rooms
         self.sent: dict[tuple[str, int], float] = {}   # (thread, turn answered) -> when the reply committed
         self.latency: list[float] = []                  # reply committed -> next question taken
+        self.turns: list[int] = []                      # the turn each latency took
         self._wakes = {h: asyncio.Event() for h in handles}
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -137,6 +141,7 @@ class Members:
         before = self.sent.pop((row["episode"], line["turn"] - 1), None)
         if before is not None:
             self.latency.append(time.perf_counter() - before)
+            self.turns.append(int(line["turn"]))
         return int(line["turn"])
 
     async def _answer(self, conn: asyncpg.Connection, handle: str, room: str, episode: str, turn: int) -> None:
@@ -404,7 +409,9 @@ async def many_runs(conn: asyncpg.Connection, dsn: str, postmaster: int | None, 
     steps = await conn.fetchval("SELECT count(*) FROM mycelium.engine_trace WHERE run_id > $1", first)
     cpu = sum(cpu_seconds(p.pid) - c for p, c in zip(workers, cpus, strict=True)) / max(steps, 1)
     db = (server_cpu(postmaster) - db0) / max(steps, 1)
-    return {"latency": team.latency, "hub": await hub_side(conn, members, first), "steps": steps, "elapsed": elapsed,
+    steady = [x for x, t in zip(team.latency, team.turns, strict=True) if t > 3]
+    return {"latency": team.latency, "steady": steady, "hub": await hub_side(conn, members, first), "steps": steps,
+            "elapsed": elapsed,
             "cpu": cpu, "db": db, "load": (load0, os.getloadavg()[0]), "holds": await counter_holds(conn, since)}
 
 
@@ -526,13 +533,19 @@ async def main() -> None:
     rates = "; ".join(f"{b['steps']} steps in {b['elapsed']:.1f} s = {b['steps'] / b['elapsed']:.0f} steps/s "
                       f"(load {b['load'][0]:.1f} -> {b['load'][1]:.1f})" for b in (serial, wide, thinking))
     relayed = "; ".join(f"{b['steps'] / b['elapsed']:.0f} steps/s" for b in relays)
+    steady = "; ".join(f"{how}: p50 {statistics.median(b['steady']) * 1000:.1f} / p99 {pct(b['steady'], 0.99):.1f} ms"
+                       for how, b in (("members 1 turn at a time", serial),
+                                      (f"{args.member_conns} turns at once", wide),
+                                      (f"answering {args.think:g} s after", thinking)))
     text = (f"## Engines on workers (`bench/engines.py`) — {stamp()}\n\n{machine()}; PostgreSQL embedded; "
             "members are asyncpg connections replying through `mycelium.reply`, woken by `mycelium_wakes`.\n\n"
             + table(["path", "p50 ms", "p99 ms", "worker CPU ms/step", "database CPU ms/step", "samples"], rows)
             + f"\n\n(b): {rates}; questions posted twice: {dup}. Relayed with no engine: {relayed}. "
             "A step's latency is from the member's reply "
             "committing to the next question in a member's hands; the raw round trip is one post woken and "
-            "taken. The hub side is read from the messages' own timestamps afterwards.\n\n"
+            "taken. The hub side is read from the messages' own timestamps afterwards. The same latencies "
+            "after each run's first three turns (once the burst of 100 runs started at once, their first "
+            f"questions and first answers, is past): {steady}.\n\n"
             "The room's position counter, per writing transaction, from its first message's position to the next "
             f"transaction's in the room (a hold while another waits, else an idle gap): {holds}.\n\n"
             f"Against issue 10's targets: the engine's own overhead per step (a step's latency less the raw "
@@ -542,6 +555,7 @@ async def main() -> None:
             f"p99 {pct(serial['latency'], 0.99):.0f} ms with "
             f"members one turn at a time, {pct(wide['latency'], 0.99):.0f} ms with {args.member_conns} at once, "
             f"{pct(thinking['latency'], 0.99):.0f} ms with members that take {args.think:g} s to answer "
+            f"({pct(thinking['steady'], 0.99):.0f} ms after the start) "
             f"(target ≤ 250 ms); duplicated posts {dup} (target 0). Load average when it ended: "
             f"{os.getloadavg()[0]:.1f} on this shared machine.\n")
     print(text)
