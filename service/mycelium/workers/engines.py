@@ -118,8 +118,9 @@ class EngineWorker:
         """Claim pending summons and answer each in a task of its own, so a model that takes its
         time over one (a persona's turn, a synthesis) holds up neither the others nor the runs this
         worker moves. Answers keep their order where it matters: one at a time per thread (so the
-        summons one message makes are answered in order), and per engine for those that remember
-        (persona, synthesizer); at most ``MOVES_AT_ONCE`` at once. A summon still being answered here when its
+        summons one message makes are answered in order, and a run's move waits for the answers
+        claimed in its thread before it), and per engine for those that remember (persona,
+        synthesizer); at most ``MOVES_AT_ONCE`` at once. A summon still being answered here when its
         lease ran out and the claim gave it back is not answered twice."""
         self.summoned = False
         rows = await self.verbs.call(
@@ -336,7 +337,9 @@ class EngineWorker:
         gate = asyncio.Semaphore(MOVES_AT_ONCE)
 
         async def one(run: Mapping[str, Any]) -> bool:
-            async with gate:
+            # after the summons of its thread this worker is answering (the other summons of the
+            # message that started it are answered under the floor as the start left it)
+            async with self._turn_of(("thread", run["room"], run["episode"])), gate:
                 try:
                     moved = await self.step(run)
                 except Refusal as r:
