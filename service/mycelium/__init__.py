@@ -15,10 +15,15 @@ __version__ = "0.2.0.dev0"
 #: every public name and the module that defines it
 _EXPORTS = {
     "ToolTransitionBinding": "mycelium.ledger.binding",
+    "ConfigError": "mycelium.ledger.config",
     "LedgerConfig": "mycelium.ledger.config",
+    "MyceliumConfig": "mycelium.ledger.config",
     "load_config": "mycelium.ledger.config",
+    "load_config_from_string": "mycelium.ledger.config",
+    "get_ledger": "mycelium.ledger.decorators",
     "ledger": "mycelium.ledger.decorators",
     "ledger_sync": "mycelium.ledger.decorators",
+    "LeaseValidity": "mycelium.ledger.envelope",
     "RetryPermission": "mycelium.ledger.envelope",
     "SideEffectBoundary": "mycelium.ledger.envelope",
     "SideEffectClass": "mycelium.ledger.envelope",
@@ -51,6 +56,7 @@ _EXPORTS = {
     "record_external_operation": "mycelium.ledger.ledger",
     "renew_lease": "mycelium.ledger.ledger",
     "side_effect": "mycelium.ledger.ledger",
+    "LedgerStorage": "mycelium.ledger.storage",
     "PostgresLedgerStorage": "mycelium.ledger.postgres",
     "InMemoryLedgerStorage": "mycelium.ledger.local",
     "FileLedgerStorage": "mycelium.ledger.local",
@@ -85,6 +91,7 @@ _EXPORTS = {
 
 __all__ = [
     "ActionLedger",
+    "ConfigError",
     "FileLedgerStorage",
     "FileStateFlushStorage",
     "HistoryGuard",
@@ -92,6 +99,7 @@ __all__ = [
     "HubLedgerStorage",
     "InMemoryLedgerStorage",
     "InMemoryStateFlushStorage",
+    "LeaseValidity",
     "LedgerAlreadyResolvedError",
     "LedgerConfig",
     "LedgerError",
@@ -104,11 +112,13 @@ __all__ = [
     "LedgerReleaseRefusedError",
     "LedgerSchemaError",
     "LedgerSoftBlockError",
+    "LedgerStorage",
     "LedgerStorageUnavailableError",
     "LedgerWorkerAliveError",
     "MessageValidationError",
     "MessageValidator",
     "MissingRequestIdentityError",
+    "MyceliumConfig",
     "PostgresLedgerStorage",
     "ReceiptLog",
     "ReceiptingStorage",
@@ -139,9 +149,11 @@ __all__ = [
     "bounded",
     "bounded_sync",
     "execution_scope",
+    "get_ledger",
     "ledger",
     "ledger_sync",
     "load_config",
+    "load_config_from_string",
     "mark_crossed",
     "mark_maybe_crossed",
     "protect",
@@ -176,9 +188,16 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from mycelium.ledger.binding import ToolTransitionBinding
-    from mycelium.ledger.config import LedgerConfig, load_config
-    from mycelium.ledger.decorators import ledger, ledger_sync
+    from mycelium.ledger.config import (
+        ConfigError,
+        LedgerConfig,
+        MyceliumConfig,
+        load_config,
+        load_config_from_string,
+    )
+    from mycelium.ledger.decorators import get_ledger, ledger, ledger_sync
     from mycelium.ledger.envelope import (
+        LeaseValidity,
         RetryPermission,
         SideEffectBoundary,
         SideEffectClass,
@@ -217,4 +236,5 @@ if TYPE_CHECKING:
     )
     from mycelium.ledger.postgres import PostgresLedgerStorage
     from mycelium.ledger.reconcile import Reconciler, ReconcileResult, ReconcileStatus
+    from mycelium.ledger.storage import LedgerStorage
     from mycelium.ledger.tasks import task_ledger, task_ledger_sync

@@ -216,14 +216,14 @@ def test_mycelium_run_ledgers_the_configured_callables_before_the_app_starts(db_
 def test_load_config_instrument_wraps_a_module_in_place(db_dsn, shop):
     code = """
         import json
-        from mycelium import load_config
+        from mycelium import get_ledger, load_config
         import shop.tools as my_tools
 
         config = load_config("mycelium.yaml")
         tools = config.instrument(my_tools)
         r1 = tools.search_docs("q", tool_call_id="s1")
         r2 = tools.search_docs("q", tool_call_id="s1")
-        print(json.dumps([r1, r2, getattr(tools.send_payment, "__mycelium_ledger__", False)]))
+        print(json.dumps([r1, r2, get_ledger(tools.send_payment) is not None]))
     """
     done = python(code, db_dsn, shop)
     assert done.returncode == 0, done.stderr

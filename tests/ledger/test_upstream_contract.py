@@ -8,6 +8,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import warnings
@@ -147,3 +148,128 @@ def test_the_ledger_url_names_every_store(tmp_path):
     for bad in ("sqlite:///x.db", "file://elsewhere/x", "ledger"):
         with pytest.raises(ValueError, match="ledger URL"):
             storage_for(bad)
+
+
+# mycelium-runtime 1.14's public names (its package's __all__) that this package keeps, each meaning
+# what it meant there. Left out, as upstream internals the seed never imports: the task-ledger classes
+# (TaskLedger*, Task*LedgerStorage, get_task_ledger: tasks here are @task_ledger on the same stores),
+# the local audit-receipt classes (AuditReceipt*, *AuditReceiptStorage, verify_receipt: the
+# audit_receipt section writes receipts through ReceiptLog), LedgerEntry, TransitionConfig,
+# TransitionScope and the resolution helpers (derive_transition_key*, resolve_lease_validity,
+# repair_transition_fields, transition_needs_repair).
+UPSTREAM_NAMES = [
+    "ActionLedger", "ConfigError", "FileLedgerStorage", "FileStateFlushStorage", "HistoryGuard",
+    "HistoryTruncatedError", "InMemoryLedgerStorage", "InMemoryStateFlushStorage", "LeaseValidity",
+    "LedgerError", "LedgerHardBlockError", "LedgerPendingError", "LedgerPollTimeoutError",
+    "LedgerSoftBlockError", "LedgerStorage", "MessageValidationError", "MessageValidator",
+    "MyceliumConfig", "PostgresLedgerStorage", "ReconcileResult", "ReconcileStatus", "Reconciler",
+    "RedisLedgerStorage", "RetryPermission", "Session", "SideEffectBoundary", "SideEffectClass",
+    "Spendability", "StateFlush", "StateFlushError", "StateSnapshot", "TaskLedgerPendingError",
+    "TerminalOutcome", "ToolBoundaryError", "ToolBoundaryExhaustedError", "ToolRegistry", "ToolRunner",
+    "ToolTransitionBinding", "TransitionGate", "bounded", "bounded_sync", "execution_scope", "get_ledger",
+    "ledger", "ledger_sync", "load_config", "load_config_from_string", "mark_crossed",
+    "mark_maybe_crossed", "protect", "protect_sync", "record_external_operation", "renew_lease",
+    "side_effect", "task_ledger", "task_ledger_sync", "tool_error_message", "__version__",
+]
+
+
+def test_upstream_s_public_names_import_from_mycelium():
+    import mycelium
+
+    missing = [name for name in UPSTREAM_NAMES if not hasattr(mycelium, name)]
+    assert missing == []
+    assert set(UPSTREAM_NAMES) <= set(mycelium.__all__)
+    assert mycelium.MyceliumConfig is mycelium.LedgerConfig
+    assert [v.value for v in mycelium.LeaseValidity] == ["HELD", "EXPIRED", "UNBOUNDED"]
+
+
+CONFIG_TEXT = """\
+transition: {agent_id: payments, policy_version: "2026.07.1"}
+action_ledger: {storage: memory, tools: [charge]}
+tools:
+  charge: {callable: "json:dumps", side_effect_class: keyed_mutate}
+registry: {auto: true}
+"""
+
+
+def test_load_config_from_string_reads_what_load_config_reads_from_a_file(tmp_path):
+    from mycelium import ConfigError, MyceliumConfig, load_config, load_config_from_string
+
+    path = tmp_path / "mycelium.yaml"
+    path.write_text(CONFIG_TEXT)
+    from_text, from_file = load_config_from_string(CONFIG_TEXT), load_config(path)
+    assert isinstance(from_text, MyceliumConfig)
+    assert from_text.data == from_file.data
+    assert from_text.binding("charge") == from_file.binding("charge")
+    assert load_config_from_string("").data == {}
+    with pytest.raises(ConfigError, match=r"unknown section\(s\) tranistion"):
+        load_config_from_string("tranistion: {agent_id: a}\n")
+    with pytest.raises(ConfigError, match=r"tools\.charge: unknown key\(s\) sideeffect"):
+        load_config_from_string("tools:\n  charge: {sideeffect: read}\n")
+    with pytest.raises(ConfigError, match="cannot read the configuration"):
+        load_config_from_string("tools: [unclosed\n")
+
+
+def test_get_ledger_names_the_ledger_a_decorated_function_records_on(tmp_path):
+    import functools
+
+    from mycelium import get_ledger, task_ledger_sync
+    from mycelium.ledger.local import FileLedgerStorage, InMemoryLedgerStorage
+
+    mine = ActionLedger(InMemoryLedgerStorage(), agent_id="a", policy_version="v")
+
+    @ledger_sync(action_ledger=mine)
+    def charge(customer: str) -> str:
+        return customer
+
+    store = FileLedgerStorage(tmp_path / "rows")
+
+    @ledger(storage=store, lease_ttl=30)
+    async def refund(customer: str) -> str:
+        return customer
+
+    @task_ledger_sync(action_ledger=mine)
+    def invoice(number: str) -> str:
+        return number
+
+    @functools.wraps(charge)
+    def traced(*args: object, **kwargs: object) -> object:
+        return charge(*args, **kwargs)
+
+    assert get_ledger(charge) is mine and get_ledger(invoice) is mine and get_ledger(traced) is mine
+    assert get_ledger(refund) is get_ledger(refund) and get_ledger(refund).storage is store
+    assert get_ledger(refund).lease_ttl == 30
+    def recorded() -> int:
+        return len(list((tmp_path / "rows" / "rows").glob("*.json")))
+
+    before = recorded()
+    assert asyncio.run(refund("c1")) == "c1"  # the ledger it named is the one the call used
+    assert recorded() == before + 1
+    assert get_ledger(lambda: None) is None and get_ledger(print) is None
+    store.close()
+
+
+def test_instrument_without_tasks_and_wrap_module_wrap_the_tools_only():
+    import types
+
+    from mycelium import get_ledger, load_config_from_string
+
+    config = load_config_from_string(CONFIG_TEXT + textwrap.dedent("""\
+        task_ledger: {storage: memory, tasks: [invoice]}
+        tasks:
+          invoice: {callable: "json:loads", ledger: true}
+        """))
+
+    def module() -> types.ModuleType:
+        m = types.ModuleType("agent_tools")
+        m.charge = lambda customer: customer  # type: ignore[attr-defined]
+        m.charge.__name__ = "charge"
+        m.invoice = lambda number: number  # type: ignore[attr-defined]
+        m.invoice.__name__ = "invoice"
+        return m
+
+    for wrapped in (config.instrument(module(), tasks=False), config.wrap_module(module())):
+        assert get_ledger(wrapped.charge) is not None and get_ledger(wrapped.invoice) is None
+    everything = config.instrument(module())
+    assert get_ledger(everything.charge) is not None and get_ledger(everything.invoice) is not None
+    assert everything.invoice("n-1") == "n-1" and everything.invoice("n-1") == "n-1"

@@ -306,14 +306,22 @@ class LedgerConfig:
             raise ConfigError(f"{fn.__name__} is not under tasks: in the configuration")
         return self.wrap_task(fn.__name__, fn)
 
-    def instrument(self, module: ModuleType) -> ModuleType:
-        """Replace the module's configured tools and tasks with their ledgered versions."""
-        for names, wrap in ((self.guarded_tools(), self.wrap_tool), (self.ledgered_tasks(), self.wrap_task)):
+    def instrument(self, module: ModuleType, *, tasks: bool = True) -> ModuleType:
+        """Replace the module's configured tools (and tasks, unless ``tasks=False``) with their ledgered
+        versions."""
+        parts = [(self.guarded_tools(), self.wrap_tool)]
+        if tasks:
+            parts.append((self.ledgered_tasks(), self.wrap_task))
+        for names, wrap in parts:
             for name in names:
                 fn = getattr(module, name, None)
                 if callable(fn):
                     setattr(module, name, wrap(name, fn))
         return module
+
+    def wrap_module(self, module: ModuleType) -> ModuleType:
+        """:meth:`instrument` for the tools only."""
+        return self.instrument(module, tasks=False)
 
     def instrument_callables(self) -> list[str]:
         """Import every configured ``callable`` and replace it in its module (``mycelium run``)."""
@@ -497,11 +505,24 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 def load_config(path: str | Path) -> LedgerConfig:
     """Read a mycelium.yaml (see the module docstring for the sections used)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    return _parsed(text, str(path))
+
+
+def load_config_from_string(text: str) -> LedgerConfig:
+    """The same as :func:`load_config`, from the YAML text itself."""
+    return _parsed(text, "the configuration")
+
+
+def _parsed(text: str, path: str) -> LedgerConfig:
     import yaml  # here, not at the top: importing the SDK does not load the YAML parser
 
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
@@ -534,3 +555,7 @@ def load_config(path: str | Path) -> LedgerConfig:
         for name in cfg.ledgered_tools():
             cfg.binding(name)  # side_effect_class present and valid
     return cfg
+
+
+#: upstream's name for what load_config returns
+MyceliumConfig = LedgerConfig

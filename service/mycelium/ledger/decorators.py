@@ -22,6 +22,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # or whose lease lapsed past the mark, is still hard-blocked (never run twice blind).
 UNCLASSIFIED = ToolTransitionBinding.for_tool(side_effect_class=SideEffectClass.IDEMPOTENT_MUTATE)
 
+#: set on a ledgered function: what finds its ActionLedger (get_ledger)
 LEDGER_ATTR = "__mycelium_ledger__"
 
 
@@ -88,7 +89,7 @@ def _wrap(
                 fn, tool, b, ident, reconciler=reconciler or led.reconciler, defer=defer, kind=kind, wait=wait
             )
 
-        setattr(run_async, LEDGER_ATTR, True)
+        setattr(run_async, LEDGER_ATTR, resolve)
         return run_async
 
     @functools.wraps(fn)
@@ -100,7 +101,7 @@ def _wrap(
             fn, tool, b, ident, reconciler=reconciler or led.reconciler, defer=defer, kind=kind, wait=wait
         )
 
-    setattr(run_sync, LEDGER_ATTR, True)
+    setattr(run_sync, LEDGER_ATTR, resolve)
     return run_sync
 
 
@@ -133,6 +134,13 @@ def _decorator(is_async: bool, fn: Callable[..., Any] | None, kwargs: dict[str, 
         )  # type: ignore[return-value]
 
     return decorate(fn) if fn is not None else decorate
+
+
+def get_ledger(fn: Callable[..., Any]) -> ActionLedger | None:
+    """The ActionLedger a ``@ledger`` / ``@task_ledger`` function (or its sync twin) records on (the
+    process's shared one unless the decorator named a ledger or storage); None for any other function."""
+    resolve = getattr(fn, LEDGER_ATTR, None)
+    return resolve() if isinstance(resolve, _Resolver) else None
 
 
 def ledger(fn: Callable[..., Any] | None = None, **options: Any) -> Any:

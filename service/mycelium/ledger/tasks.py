@@ -112,7 +112,7 @@ def _task_decorator(is_async: bool, fn: Callable[..., Any] | None, options: dict
                 ident = task_identity(f, task, b, args, kwargs, id_from)
                 return await led.run_async(f, task, b, ident, kind="task", wait=wait)
 
-            setattr(run_async, LEDGER_ATTR, True)
+            setattr(run_async, LEDGER_ATTR, resolve)
             return run_async
 
         @functools.wraps(f)
@@ -122,7 +122,7 @@ def _task_decorator(is_async: bool, fn: Callable[..., Any] | None, options: dict
             ident = task_identity(f, task, b, args, kwargs, id_from)
             return led.run_sync(f, task, b, ident, kind="task", wait=wait)
 
-        setattr(run_sync, LEDGER_ATTR, True)
+        setattr(run_sync, LEDGER_ATTR, resolve)
         return run_sync
 
     return decorate(fn) if fn is not None else decorate
