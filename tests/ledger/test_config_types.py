@@ -50,6 +50,7 @@ def test_integrations_langgraph_takes_a_flag_as_upstream_does(tmp_path, value, e
     path = tmp_path / "mycelium.yaml"
     path.write_text(f"integrations:\n  langgraph: {value}\n")
     assert langgraph_enabled(load_config(path).data) is enabled
+    assert load_config(path).langgraph_enabled is enabled
 
 
 def test_integrations_langgraph_of_another_type_is_refused(tmp_path):
@@ -57,3 +58,62 @@ def test_integrations_langgraph_of_another_type_is_refused(tmp_path):
     path.write_text("integrations:\n  langgraph: 'yes'\n")
     with pytest.raises(ConfigError, match=r"integrations.langgraph must be a mapping .* or true/false"):
         load_config(path)
+
+
+@pytest.mark.parametrize(("transition", "refusal"), [
+    ("{agent_id: demo, policy_versoin: '1'}", r"transition: unknown key\(s\) policy_versoin \(known: agent_id"),
+    ("{agent_id: demo, lease_ttl: 0}", r"transition.lease_ttl must be a positive number of seconds, got 0"),
+    ("{agent_id: demo, lease_ttl: soon}", r"transition.lease_ttl must be a positive number of seconds, got 'soon'"),
+    ("{agent_id: demo, lease_renew_interval: -1}", r"transition.lease_renew_interval must be a number of seconds, 0"),
+    ("{agent_id: demo, poll_timeout: true}", r"transition.poll_timeout must be a positive number"),
+    ("{agent_id: [demo]}", r"transition.agent_id must be a string"),
+    ("{agent_id: demo, scope_from: tenant}", r"transition.scope_from must be a mapping"),
+    ("{agent_id: demo, reclaim_requires_death_signal: 'yes'}", r"reclaim_requires_death_signal must be true or false"),
+    ("[demo]", r"transition must be a mapping of settings"),
+])
+def test_a_transition_setting_unknown_or_out_of_range_is_refused_naming_it(transition, refusal):
+    from mycelium import load_config_from_string
+
+    with pytest.raises(ConfigError, match=refusal):
+        load_config_from_string(f"transition: {transition}\n")
+
+
+def test_the_transition_settings_in_range_load_and_reach_the_ledger():
+    from mycelium import load_config_from_string
+
+    config = load_config_from_string(
+        "transition: {agent_id: demo, policy_version: 2026.07, lease_ttl: 60, lease_renew_interval: 0,\n"
+        "             poll_interval: 0.01, poll_timeout: 5, presumed_dead_after: 120,\n"
+        "             scope_from: {tenant: tenant_id}}\n"
+        "action_ledger: {storage: memory}\n"
+    )
+    led = config.action_ledger()
+    assert (led.agent_id, led.policy_version, led.lease_ttl) == ("demo", "2026.07", 60)
+
+
+@pytest.mark.parametrize("target", ["send_payment", "app.tools", "app-tools:send", "app.tools:send.call", ":send"])
+def test_a_malformed_callable_is_refused_at_load_naming_it(target):
+    from mycelium import load_config_from_string
+
+    with pytest.raises(ConfigError, match=r"tools.send_payment.callable must be 'package.module:function'"):
+        load_config_from_string(f"tools:\n  send_payment:\n    callable: '{target}'\n")
+
+
+def test_one_function_configured_twice_is_refused_naming_both():
+    from mycelium import load_config_from_string
+
+    with pytest.raises(ConfigError, match=r"'app.tools:send' is configured more than once "
+                                          r"\(tools.send_payment.callable and tasks.send_task.callable\)"):
+        load_config_from_string("tools:\n  send_payment: {callable: 'app.tools:send'}\n"
+                                "tasks:\n  send_task: {callable: 'app.tools:send', ledger: true}\n")
+
+
+@pytest.mark.parametrize(("text", "refusal"), [
+    ("tasks: [send_task]\n", "tasks must be a mapping of task name"),
+    ("tasks:\n  send_task: yes\n", "tasks.send_task must be a mapping of settings"),
+])
+def test_a_tasks_section_of_the_wrong_shape_is_refused(text, refusal):
+    from mycelium import load_config_from_string
+
+    with pytest.raises(ConfigError, match=refusal):
+        load_config_from_string(text)

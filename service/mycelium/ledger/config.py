@@ -25,6 +25,7 @@ import contextlib
 import importlib
 import inspect
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -70,10 +71,18 @@ class ConfigError(ValueError):
     """The configuration file is wrong; the message names the key."""
 
 
+#: a ``callable``: a dotted module path, a colon, one name in that module
+CALLABLE_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def _check_callable(where: str, path: Any) -> None:
+    if not isinstance(path, str) or not CALLABLE_PATH.fullmatch(path):
+        raise ConfigError(f"{where} must be 'package.module:function', got {path!r}")
+
+
 def import_target(path: str) -> tuple[ModuleType, str, Any]:
     """``module:attribute`` → (module, attribute name, object)."""
-    if not isinstance(path, str) or ":" not in path:
-        raise ConfigError(f"callable must be 'module:function', got {path!r}")
+    _check_callable("callable", path)
     mod_name, _, attr = path.partition(":")
     try:
         module = importlib.import_module(mod_name)
@@ -156,6 +165,11 @@ class LedgerConfig:
     @property
     def tasks(self) -> dict[str, dict[str, Any]]:
         return {k: dict(v or {}) for k, v in (self.data.get("tasks") or {}).items()}
+
+    @property
+    def langgraph_enabled(self) -> bool:
+        """Whether ``integrations.langgraph`` is on (LangGraph's ToolRuntime names the transitions)."""
+        return sections.langgraph_enabled(self.data)
 
     def ledgered_tools(self) -> list[str]:
         """``action_ledger.tools``, else every tool except those configured only for the guards
@@ -265,7 +279,7 @@ class LedgerConfig:
                 reconciler=reconciler,
                 defer_read_only_unknown=bool(spec.get("defer_read_only_unknown")),
             )(wrapped)
-        if sections.langgraph_enabled(self.data):
+        if self.langgraph_enabled:
             from mycelium.integrations.langgraph import LangGraphIntegrationError, instrument_langgraph_tool
 
             try:
@@ -499,6 +513,59 @@ def _check_types(where: str, spec: dict[str, Any]) -> None:
             raise ConfigError(f"{where}.{key} must be {names}, not {value!r}")
 
 
+def _check_callables(tools: dict[str, Any], tasks: dict[str, Any]) -> None:
+    """Each ``callable`` well formed, and no function configured twice (two tools, or a tool and a task)."""
+    seen: dict[str, str] = {}
+    for section, specs in (("tools", tools), ("tasks", tasks)):
+        for name, spec in specs.items():
+            target = (spec or {}).get("callable")
+            if target is None:
+                continue
+            where = f"{section}.{name}.callable"
+            _check_callable(where, target)
+            if target in seen:
+                raise ConfigError(
+                    f"{where}: {target!r} is configured more than once ({seen[target]} and {where})"
+                )
+            seen[target] = where
+
+
+#: the transition section's settings: what each must be (the lease and polling times in seconds)
+_TRANSITION_KEYS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "agent_id": ("a string", lambda v: isinstance(v, str | int | float) and not isinstance(v, bool)),
+    "policy_version": ("a string", lambda v: isinstance(v, str | int | float) and not isinstance(v, bool)),
+    "scope_from": ("a mapping of scope key -> argument name", lambda v: isinstance(v, dict)),
+    "lease_ttl": ("a positive number of seconds", lambda v: _number(v) and v > 0),
+    "lease_renew_interval": (
+        "a number of seconds, 0 or more (0: no auto-renew)", lambda v: _number(v) and v >= 0
+    ),
+    "poll_interval": ("a positive number of seconds", lambda v: _number(v) and v > 0),
+    "poll_timeout": ("a positive number of seconds", lambda v: _number(v) and v > 0),
+    "presumed_dead_after": ("a positive number of seconds", lambda v: _number(v) and v > 0),
+    "reclaim_requires_death_signal": ("true or false", lambda v: isinstance(v, bool)),
+}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_transition(section: Any) -> None:
+    if section is None:
+        return
+    if not isinstance(section, dict):
+        raise ConfigError(f"transition must be a mapping of settings, got {section!r}")
+    unknown = sorted(map(str, set(section) - set(_TRANSITION_KEYS)))
+    if unknown:
+        raise ConfigError(
+            f"transition: unknown key(s) {', '.join(unknown)} (known: {', '.join(_TRANSITION_KEYS)})"
+        )
+    for key, value in section.items():
+        what, ok = _TRANSITION_KEYS[key]
+        if value is not None and not ok(value):
+            raise ConfigError(f"transition.{key} must be {what}, got {value!r}")
+
+
 def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn)
 
@@ -540,10 +607,17 @@ def _parsed(text: str, path: str) -> LedgerConfig:
         if bad:
             raise ConfigError(f"tools.{name}: unknown key(s) {', '.join(sorted(bad))}")
         _check_types(f"tools.{name}", spec or {})
-    for name, spec in (data.get("tasks") or {}).items():
+    tasks = data.get("tasks") or {}
+    if not isinstance(tasks, dict):
+        raise ConfigError(f"{path}: tasks must be a mapping of task name -> settings")
+    for name, spec in tasks.items():
+        if spec is not None and not isinstance(spec, dict):
+            raise ConfigError(f"tasks.{name} must be a mapping of settings")
         bad = set(spec or {}) - TASK_KEYS
         if bad:
             raise ConfigError(f"tasks.{name}: unknown key(s) {', '.join(sorted(bad))}")
+    _check_callables(tools, tasks)
+    _check_transition(data.get("transition"))
     try:
         sections.check(data)
     except sections.SectionError as exc:
