@@ -117,3 +117,26 @@ def test_a_tasks_section_of_the_wrong_shape_is_refused(text, refusal):
 
     with pytest.raises(ConfigError, match=refusal):
         load_config_from_string(text)
+
+
+@pytest.mark.parametrize(("text", "refusal"), [
+    ("action_ledger: {storage: file, paht: ./ledger}\n", r"action_ledger: unknown key\(s\) paht \(known: "),
+    ("task_ledger: {storage: memory, task: [invoice]}\n", r"task_ledger: unknown key\(s\) task \(known: "),
+    ("audit_receipt: {signing_key_env: KEY, stroage: file}\n", r"audit_receipt: unknown key\(s\) stroage"),
+    ("audit_receipt: {signing_key_env: KEY, auto: false}\n", r"audit_receipt.auto: only true"),
+    ("action_ledger: [charge]\n", r"action_ledger must be a mapping of settings"),
+    ("action_ledger: {storage: memory, install_schema: 'no'}\n", r"action_ledger.install_schema must be true"),
+])
+def test_a_store_section_with_an_unknown_key_is_refused_naming_it(text, refusal):
+    from mycelium import load_config_from_string
+
+    with pytest.raises(ConfigError, match=refusal):
+        load_config_from_string(text)
+
+
+def test_upstream_s_own_store_settings_load_with_a_warning_that_they_change_nothing():
+    from mycelium import load_config_from_string
+
+    with pytest.warns(UserWarning, match=r"action_ledger.prefix is a setting of upstream's own stores"):
+        config = load_config_from_string("action_ledger: {storage: memory, prefix: 'shop:'}\n")
+    assert config.data["action_ledger"]["prefix"] == "shop:"

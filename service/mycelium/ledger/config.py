@@ -26,6 +26,7 @@ import importlib
 import inspect
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -546,6 +547,40 @@ _TRANSITION_KEYS: dict[str, tuple[str, Callable[[Any], bool]]] = {
 }
 
 
+#: what each store section reads; upstream's ``in_flight_ttl``, ``prefix`` and ``table`` (its own stores'
+#: settings) are accepted with a warning that they change nothing here
+_STORE_KEYS = {"storage", "path", "dsn", "dsn_env", "url", "url_env", "install_schema"}
+_SECTION_KEYS = {
+    "action_ledger": _STORE_KEYS | {"tools"},
+    "task_ledger": _STORE_KEYS | {"tasks"},
+    "audit_receipt": {"storage", "path", "signing_key_env", "auto"},
+}
+_UPSTREAM_ONLY = {"in_flight_ttl", "prefix", "table"}
+
+
+def _check_store_section(name: str, section: Any) -> None:
+    if section is None:
+        return
+    if not isinstance(section, dict):
+        raise ConfigError(f"{name} must be a mapping of settings, got {section!r}")
+    known = _SECTION_KEYS[name]
+    ignored = sorted(map(str, set(section) & _UPSTREAM_ONLY)) if name != "audit_receipt" else []
+    unknown = sorted(map(str, set(section) - known - set(ignored)))
+    if unknown:
+        raise ConfigError(f"{name}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    for key in ignored:
+        warnings.warn(f"{name}.{key} is a setting of upstream's own stores: it changes nothing here",
+                      UserWarning, stacklevel=4)
+    if name == "audit_receipt":
+        if section.get("auto", True) is not True:
+            raise ConfigError(
+                "audit_receipt.auto: only true (every ledgered call gets a receipt) is supported, "
+                f"got {section['auto']!r}"
+            )
+    else:
+        _install_schema(section, name)
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -622,8 +657,8 @@ def _parsed(text: str, path: str) -> LedgerConfig:
         sections.check(data)
     except sections.SectionError as exc:
         raise ConfigError(str(exc)) from exc
-    for section in ("action_ledger", "task_ledger"):
-        _install_schema(dict(data.get(section) or {}), section)
+    for section in ("action_ledger", "task_ledger", "audit_receipt"):
+        _check_store_section(section, data.get(section))
     cfg = LedgerConfig(data)
     if cfg.transition:
         for name in cfg.ledgered_tools():
