@@ -273,3 +273,15 @@ def test_instrument_without_tasks_and_wrap_module_wrap_the_tools_only():
     everything = config.instrument(module())
     assert get_ledger(everything.charge) is not None and get_ledger(everything.invoice) is not None
     assert everything.invoice("n-1") == "n-1" and everything.invoice("n-1") == "n-1"
+
+
+def test_the_registry_and_runner_settings_read_as_upstream_s():
+    from mycelium import load_config_from_string
+
+    empty = load_config_from_string("")
+    assert (empty.registry_allowed, empty.runner_settings) == ([], {})
+    assert "charge" not in empty.registry
+    config = load_config_from_string(CONFIG_TEXT + "runner: {max_llm_retries: 1}\n")
+    assert config.registry_allowed == ["charge"] and "charge" in config.registry
+    assert config.runner_settings == {"max_llm_retries": 1}
+    assert config.build_runner()._max_llm_retries == 1

@@ -367,14 +367,24 @@ class LedgerConfig:
         """The ``registry`` allow-list as a ToolRegistry (no section: an empty one, as upstream)."""
         from mycelium.guards.registry import ToolRegistry
 
-        return ToolRegistry(allowed=sections.registry_allowed(self.data) or [])
+        return ToolRegistry(allowed=self.registry_allowed)
+
+    @property
+    def registry_allowed(self) -> list[str]:
+        """The tool names ``registry`` allows (``auto``: every tool under ``tools:``); none without it."""
+        return sections.registry_allowed(self.data) or []
+
+    @property
+    def runner_settings(self) -> dict[str, int]:
+        """The ``runner`` section's retry settings as configured (max_llm_retries, max_tool_retries)."""
+        return sections.runner_settings(self.data)
 
     def build_runner(self, registry: Any = None) -> Any:
         """A ToolRunner with the ``registry`` allow-list and the ``runner`` retry settings."""
         from mycelium.guards.runner import ToolRunner
 
-        return ToolRunner(registry=registry if registry is not None else self.registry,
-                          **sections.runner_settings(self.data))
+        chosen = registry if registry is not None else self.registry
+        return ToolRunner(registry=chosen, **self.runner_settings)
 
     def build_history_guard(self) -> Any:
         """A new HistoryGuard from ``history_guard`` (None when the section is absent)."""
