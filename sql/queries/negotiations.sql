@@ -8,14 +8,12 @@ FROM mycelium.start_negotiation(mycelium.acting(:room, :actor, :actor_kind, :def
 
 -- name: negotiation_log
 -- returns: row
--- what a negotiation's move reads beside its run and replies (due_engine_runs) when its worker does
--- not hold the mechanism at the run's turn, in one round trip: the moves recorded after trace turn
--- :after (in turn order; 0: the whole log; the trace is append-only, so a worker holding the
--- mechanism at an earlier turn reads only what came after it) and who left it, if anyone did (NULL
--- while every member is still in: negotiation_departure)
+-- what a negotiation's move reads beside its run, replies and departure (due_engine_runs) when its
+-- worker does not hold the mechanism at the run's turn: the moves recorded after trace turn :after
+-- (in turn order; 0: the whole log; the trace is append-only, so a worker holding the mechanism at
+-- an earlier turn reads only what came after it)
 SELECT coalesce((SELECT jsonb_agg(t.entry ORDER BY t.turn) FROM mycelium.engine_trace t
-                 WHERE t.room = r.room AND t.run_id = r.id AND t.turn > :after), '[]') AS moves,
-       mycelium.negotiation_departure(r.room, r.id) AS departure
+                 WHERE t.room = r.room AND t.run_id = r.id AND t.turn > :after), '[]') AS moves
 FROM mycelium.engine_runs r WHERE r.room = :room AND r.id = :run
 
 -- name: team_prior

@@ -99,16 +99,15 @@ async def step(w: EngineWorker, run: Mapping[str, Any]) -> bool:
         }
 
     n = negotiation.Negotiation(run, model, read_prior, REPLAYER)
-    if n.after == int(run["turn"]):  # the mechanism held is at the run's turn: no move to read
-        moves, departure = [], run["departure"]
-    else:
+    moves: list[Any] = []  # the mechanism held is at the run's turn: no move to read
+    if n.after != int(run["turn"]):
         got = await w.verbs.call(NOBODY, "negotiation_log", room=room, run=run["id"], after=n.after)
-        moves, departure = got["moves"], got["departure"]
+        moves = got["moves"]
     replies = [  # what its question got, read with the run (due_engine_runs)
         Reply(r["sender"], r["text"], r["payload"] or {}, str(r["id"]), r["position"]) for r in run["replies"]
     ]
     try:
-        move = await n.advance(replies, moves, departure)
+        move = await n.advance(replies, moves, run["departure"])  # who left, read with the run
     except Exception as exc:  # a negotiation the aligner cannot go on with fails, on the record
         log.exception("negotiation %s cannot move", run["short_id"])
         move = negotiation.failed(run["flow"], f"{type(exc).__name__}: {exc}")
