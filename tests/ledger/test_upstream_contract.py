@@ -5,17 +5,27 @@ the marks outside a ledgered body, a redispatch's result exactly as the first ca
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import types
 import warnings
 from pathlib import Path
 
 import pytest
 
+from mycelium import (
+    ConfigError,
+    MyceliumConfig,
+    get_ledger,
+    load_config,
+    load_config_from_string,
+    task_ledger_sync,
+)
 from mycelium.ledger.decorators import ledger, ledger_sync
 from mycelium.ledger.errors import LedgerPendingError
 from mycelium.ledger.ledger import (
@@ -27,6 +37,7 @@ from mycelium.ledger.ledger import (
     renew_lease,
     side_effect,
 )
+from mycelium.ledger.local import FileLedgerStorage, InMemoryLedgerStorage
 from mycelium.ledger.stores import storage_for
 from tests.ledger.test_storages import BACKENDS, store_url
 
@@ -127,7 +138,6 @@ print(len([w for w in seen if "protects this process only" in str(w.message)]))
 
 def test_the_ledger_url_names_every_store(tmp_path):
     from mycelium.ledger.hub_http import HubLedgerStorage
-    from mycelium.ledger.local import FileLedgerStorage, InMemoryLedgerStorage
     from mycelium.ledger.postgres import PostgresLedgerStorage
     from mycelium.ledger.redis_store import RedisLedgerStorage
 
@@ -193,8 +203,6 @@ registry: {auto: true}
 
 
 def test_load_config_from_string_reads_what_load_config_reads_from_a_file(tmp_path):
-    from mycelium import ConfigError, MyceliumConfig, load_config, load_config_from_string
-
     path = tmp_path / "mycelium.yaml"
     path.write_text(CONFIG_TEXT)
     from_text, from_file = load_config_from_string(CONFIG_TEXT), load_config(path)
@@ -211,11 +219,6 @@ def test_load_config_from_string_reads_what_load_config_reads_from_a_file(tmp_pa
 
 
 def test_get_ledger_names_the_ledger_a_decorated_function_records_on(tmp_path):
-    import functools
-
-    from mycelium import get_ledger, task_ledger_sync
-    from mycelium.ledger.local import FileLedgerStorage, InMemoryLedgerStorage
-
     mine = ActionLedger(InMemoryLedgerStorage(), agent_id="a", policy_version="v")
 
     @ledger_sync(action_ledger=mine)
@@ -250,10 +253,6 @@ def test_get_ledger_names_the_ledger_a_decorated_function_records_on(tmp_path):
 
 
 def test_instrument_without_tasks_and_wrap_module_wrap_the_tools_only():
-    import types
-
-    from mycelium import get_ledger, load_config_from_string
-
     config = load_config_from_string(CONFIG_TEXT + textwrap.dedent("""\
         task_ledger: {storage: memory, tasks: [invoice]}
         tasks:
@@ -276,8 +275,6 @@ def test_instrument_without_tasks_and_wrap_module_wrap_the_tools_only():
 
 
 def test_the_registry_and_runner_settings_read_as_upstream_s():
-    from mycelium import load_config_from_string
-
     empty = load_config_from_string("")
     assert (empty.registry_allowed, empty.runner_settings) == ([], {})
     assert "charge" not in empty.registry

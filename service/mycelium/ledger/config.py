@@ -524,6 +524,20 @@ def _check_types(where: str, spec: dict[str, Any]) -> None:
             raise ConfigError(f"{where}.{key} must be {names}, not {value!r}")
 
 
+def _entries(path: str, data: dict[str, Any], section: str, keys: set[str]) -> dict[str, Any]:
+    """The ``tools`` or ``tasks`` section: a mapping of names to settings, each setting one of ``keys``."""
+    entries = data.get(section) or {}
+    if not isinstance(entries, dict):
+        raise ConfigError(f"{path}: {section} must be a mapping of {section[:-1]} name -> settings")
+    for name, spec in entries.items():
+        if spec is not None and not isinstance(spec, dict):
+            raise ConfigError(f"{section}.{name} must be a mapping of settings")
+        bad = set(spec or {}) - keys
+        if bad:
+            raise ConfigError(f"{section}.{name}: unknown key(s) {', '.join(sorted(bad))}")
+    return entries
+
+
 def _check_callables(tools: dict[str, Any], tasks: dict[str, Any]) -> None:
     """Each ``callable`` well formed, and no function configured twice (two tools, or a tool and a task)."""
     seen: dict[str, str] = {}
@@ -541,10 +555,19 @@ def _check_callables(tools: dict[str, Any], tasks: dict[str, Any]) -> None:
             seen[target] = where
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _scalar(value: Any) -> bool:
+    """A value YAML may give for a name: text, or a number such as an unquoted ``2026.07``."""
+    return isinstance(value, str) or _number(value)
+
+
 #: the transition section's settings: what each must be (the lease and polling times in seconds)
 _TRANSITION_KEYS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "agent_id": ("a string", lambda v: isinstance(v, str | int | float) and not isinstance(v, bool)),
-    "policy_version": ("a string", lambda v: isinstance(v, str | int | float) and not isinstance(v, bool)),
+    "agent_id": ("a string", _scalar),
+    "policy_version": ("a string", _scalar),
     "scope_from": ("a mapping of scope key -> argument name", lambda v: isinstance(v, dict)),
     "lease_ttl": ("a positive number of seconds", lambda v: _number(v) and v > 0),
     "lease_renew_interval": (
@@ -555,6 +578,22 @@ _TRANSITION_KEYS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "presumed_dead_after": ("a positive number of seconds", lambda v: _number(v) and v > 0),
     "reclaim_requires_death_signal": ("true or false", lambda v: isinstance(v, bool)),
 }
+
+
+def _check_transition(section: Any) -> None:
+    if section is None:
+        return
+    if not isinstance(section, dict):
+        raise ConfigError(f"transition must be a mapping of settings, got {section!r}")
+    unknown = sorted(map(str, set(section) - set(_TRANSITION_KEYS)))
+    if unknown:
+        raise ConfigError(
+            f"transition: unknown key(s) {', '.join(unknown)} (known: {', '.join(_TRANSITION_KEYS)})"
+        )
+    for key, value in section.items():
+        what, ok = _TRANSITION_KEYS[key]
+        if value is not None and not ok(value):
+            raise ConfigError(f"transition.{key} must be {what}, got {value!r}")
 
 
 #: what each store section reads; upstream's ``in_flight_ttl``, ``prefix`` and ``table`` (its own stores'
@@ -591,26 +630,6 @@ def _check_store_section(name: str, section: Any) -> None:
         _install_schema(section, name)
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _check_transition(section: Any) -> None:
-    if section is None:
-        return
-    if not isinstance(section, dict):
-        raise ConfigError(f"transition must be a mapping of settings, got {section!r}")
-    unknown = sorted(map(str, set(section) - set(_TRANSITION_KEYS)))
-    if unknown:
-        raise ConfigError(
-            f"transition: unknown key(s) {', '.join(unknown)} (known: {', '.join(_TRANSITION_KEYS)})"
-        )
-    for key, value in section.items():
-        what, ok = _TRANSITION_KEYS[key]
-        if value is not None and not ok(value):
-            raise ConfigError(f"transition.{key} must be {what}, got {value!r}")
-
-
 def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn)
 
@@ -642,25 +661,10 @@ def _parsed(text: str, path: str) -> LedgerConfig:
     if unknown:
         known = ", ".join(sorted(KNOWN))
         raise ConfigError(f"{path}: unknown section(s) {', '.join(unknown)} (known: {known})")
-    tools = data.get("tools") or {}
-    if not isinstance(tools, dict):
-        raise ConfigError(f"{path}: tools must be a mapping of tool name -> settings")
+    tools = _entries(path, data, "tools", TOOL_KEYS)
     for name, spec in tools.items():
-        if spec is not None and not isinstance(spec, dict):
-            raise ConfigError(f"tools.{name} must be a mapping of settings")
-        bad = set(spec or {}) - TOOL_KEYS
-        if bad:
-            raise ConfigError(f"tools.{name}: unknown key(s) {', '.join(sorted(bad))}")
         _check_types(f"tools.{name}", spec or {})
-    tasks = data.get("tasks") or {}
-    if not isinstance(tasks, dict):
-        raise ConfigError(f"{path}: tasks must be a mapping of task name -> settings")
-    for name, spec in tasks.items():
-        if spec is not None and not isinstance(spec, dict):
-            raise ConfigError(f"tasks.{name} must be a mapping of settings")
-        bad = set(spec or {}) - TASK_KEYS
-        if bad:
-            raise ConfigError(f"tasks.{name}: unknown key(s) {', '.join(sorted(bad))}")
+    tasks = _entries(path, data, "tasks", TASK_KEYS)
     _check_callables(tools, tasks)
     _check_transition(data.get("transition"))
     try:
