@@ -1,7 +1,8 @@
 """Alembic environment: async engine on asyncpg; the URL comes from the config or the environment.
 
 Every run, in one transaction: the roles and extensions, the revisions, then the database's code
-and privileges for the revision it ends at (``mycelium.db.migrate.finish``).
+and privileges for the revision it ends at (``mycelium.db.migrate.finish``). A downgrade drops the
+triggers first (the code it ends at brings back its own) and ends at a release's code.
 """
 
 import asyncio
@@ -26,13 +27,27 @@ def _url() -> str:
     return migrate.sqlalchemy_url(dsn)
 
 
+def _below(start: str | None, end: str | None) -> bool:
+    """``end`` comes before ``start`` in the history (None: base)."""
+    chain = schema.revisions()
+    if start is None or start not in chain:
+        return False
+    return end in (None, "base") or (end in chain and chain.index(end) < chain.index(start))
+
+
 def _run(connection) -> None:
     context.configure(connection=connection, transactional_ddl=True)
     with context.begin_transaction():
         migrate.run_on(connection, f"SELECT pg_advisory_xact_lock({schema.INSTALL_LOCK})")
         migrate.run_on(connection, schema.preamble())
+        start = context.get_context().get_current_revision()
+        # a downgrade: said by mycelium.db.migrate.downgrade, or Alembic's own command going down
+        downgrading = bool(config.attributes.get("downgrading")) \
+            or _below(start, context.get_revision_argument())
+        if downgrading:
+            migrate.drop_triggers(connection)
         context.run_migrations()
-        migrate.finish(connection, context.get_context().get_current_revision())
+        migrate.finish(connection, context.get_context().get_current_revision(), downgrading=downgrading)
 
 
 async def _online() -> None:

@@ -8,7 +8,7 @@ Create Date: 2026-12-01
 
 from alembic import op
 
-from mycelium.db.migrate import run_as_owner
+from mycelium.db.migrate import apply_frozen, run_as_owner
 
 revision = "0007_result_text"
 down_revision = "0006_workers"
@@ -17,13 +17,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    run_as_owner(op, """
-      ALTER TABLE mycelium.transitions ADD COLUMN result_text text;
-      -- complete() takes the text too (sql/transitions.sql): its four-argument form goes
-      DROP FUNCTION IF EXISTS mycelium.complete(text, text, bigint, jsonb);
-      COMMENT ON COLUMN mycelium.transitions.result_text IS
-        'The result as the caller''s JSON text (keys in their order), beside result; NULL when not sent.';
-    """)
+    apply_frozen(op, "0007_result_text.sql")
 
 
 def downgrade() -> None:

@@ -8,7 +8,7 @@ Create Date: 2026-12-02
 
 from alembic import op
 
-from mycelium.db.migrate import run_as_owner
+from mycelium.db.migrate import apply_frozen, run_as_owner
 
 revision = "0011_engine_kinds"
 down_revision = "0010_trust"
@@ -17,15 +17,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    run_as_owner(op, """
-      ALTER TABLE mycelium.engines DROP CONSTRAINT engine_kind_known;
-      ALTER TABLE mycelium.engines ADD CONSTRAINT engine_kind_known
-        CHECK (kind IN ('conductor', 'persona', 'aligner', 'synthesizer'));
-      ALTER TABLE mycelium.engine_runs ADD COLUMN assignments jsonb
-        CONSTRAINT run_assignments_object CHECK (jsonb_typeof(assignments) = 'object');
-      COMMENT ON COLUMN mycelium.engine_runs.assignments IS
-        'The agreement a converged run carries ({issue: value}); NULL when there is none.';
-    """)
+    apply_frozen(op, "0011_engine_kinds.sql")
 
 
 def downgrade() -> None:

@@ -31,8 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("db")
     dsub = p.add_subparsers(dest="db_command", metavar="<action>")
     dsub.required = True
-    for name, helptext in (("upgrade", "migrate to a revision (default head)"),
-                           ("downgrade", "migrate down to a revision ('base' removes everything)"),
+    for name, helptext in (("upgrade", "migrate to the head (or to a release's revision)"),
+                           ("downgrade", "migrate down to a release's revision ('base' removes everything)"),
                            ("current", "show the database's revision"),
                            ("psql", "open psql on the hub's database")):
         a = dsub.add_parser(name, help=helptext)
@@ -51,6 +51,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                            help="anything else is passed on to psql (-c 'SELECT 1', -f file.sql, …; "
                                 "after -- for flags that are also this command's)")
         a.set_defaults(func=globals()[f"_{name}"])
+    f = dsub.add_parser("freeze", help="write a release's code snapshot into this source checkout "
+                                       "(from the release's commit in CHANGELOG.md)")
+    f.add_argument("version", nargs="?", help="the release (default: the newest CHANGELOG.md records)")
+    f.add_argument("--repo", type=Path, default=None,
+                   help="the source checkout (default: the git work tree of the current folder)")
+    f.set_defaults(func=_freeze)
 
 
 @contextlib.contextmanager
@@ -92,9 +98,13 @@ def _shown(dsn: str) -> str:
 
 def _upgrade(args: argparse.Namespace) -> int:
     from mycelium.db import migrate
+    from mycelium.db.schema import SchemaRefused
 
     with database(args) as (dsn, _):
-        migrate.upgrade(dsn, args.revision or "head")
+        try:
+            migrate.upgrade(dsn, args.revision or "head")
+        except SchemaRefused as refused:
+            fail(str(refused))
     print(f"database at {args.revision or 'head'} ({migrate.head_revision()} is head)")
     return 0
 
@@ -103,15 +113,40 @@ def _downgrade(args: argparse.Namespace) -> int:
     import asyncio
 
     from mycelium.db import migrate
+    from mycelium.db.schema import SchemaRefused
 
+    try:
+        migrate.check_target(args.revision, downgrading=True)
+    except SchemaRefused as refused:
+        fail(str(refused))
     with database(args) as (dsn, _):
         now = asyncio.run(migrate.current_revision(dsn)) or "base"
         loses = "removes the hub's schema and all its data" if args.revision == "base" else \
             "drops what later revisions added, with their data"
         confirm(args, f"downgrade the database at {_shown(dsn)} from {now} to {args.revision}? "
                       f"This {loses}.")
-        migrate.downgrade(dsn, args.revision)
+        try:
+            migrate.downgrade(dsn, args.revision)
+        except SchemaRefused as refused:
+            fail(str(refused))
     print(f"database at {args.revision}")
+    return 0
+
+
+def _freeze(args: argparse.Namespace) -> int:
+    from mycelium.db.freeze import FreezeError, freeze
+
+    repo = args.repo
+    if repo is None:
+        found = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+        if found.returncode != 0:
+            fail("mycelium db freeze runs in a source checkout of the hub (a git work tree), or takes --repo")
+        repo = Path(found.stdout.strip())
+    try:
+        written = freeze(repo, args.version)
+    except FreezeError as refused:
+        fail(str(refused))
+    print(f"wrote {written.relative_to(repo)}")
     return 0
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 
-from mycelium.db import schema
+from mycelium.db import releases, schema
 from mycelium.paths import migrations_dir
 
 
@@ -35,11 +35,16 @@ def alembic_config(dsn: str) -> Config:
 
 
 def upgrade(dsn: str, revision: str = "head") -> None:
+    check_target(revision, downgrading=False)
     command.upgrade(alembic_config(dsn), revision)
 
 
 def downgrade(dsn: str, revision: str) -> None:
-    command.downgrade(alembic_config(dsn), revision)
+    """Down to a release's revision (or base): see :mod:`mycelium.db.releases`."""
+    check_target(revision, downgrading=True)
+    cfg = alembic_config(dsn)
+    cfg.attributes["downgrading"] = True
+    command.downgrade(cfg, revision)
 
 
 async def upgrade_async(dsn: str, revision: str = "head") -> None:
@@ -86,31 +91,73 @@ def apply_frozen(op: Any, name: str) -> None:
     run_as_owner(op, (migrations_dir() / "versions" / name).read_text())
 
 
-def frozen_code(revision: str) -> str:
-    """The code (functions, views, triggers) of a database at an older ``revision``: the newest
-    release snapshot up to it (``<rev>.code.sql``, the whole code of the release that ends at
-    ``rev``), then the code statements of the frozen files of the revisions after that snapshot,
-    in order. Before the first snapshot, the frozen files from the first revision on."""
+def code_at(revision: str, *, downgrading: bool = False) -> str:
+    """The code (functions, views, triggers) a database at ``revision`` runs (see
+    :mod:`mycelium.db.releases`): ``sql/`` at the head, a release's snapshot when a downgrade goes to
+    it (to the head's own revision too, when the head is that release), and the revisions' own frozen
+    files up to the first release. Any other revision is refused: its code is not shipped."""
     chain = schema.revisions()
     if revision not in chain:
-        raise ValueError(f"unknown revision {revision!r}")
+        raise schema.SchemaRefused(f"unknown schema revision {revision!r} (the head is {chain[-1]})")
     versions = migrations_dir() / "versions"
-    upto = chain[: chain.index(revision) + 1]
-    start = max((i for i, rev in enumerate(upto) if (versions / f"{rev}.code.sql").exists()), default=-1)
-    parts = [(versions / f"{upto[start]}.code.sql").read_text()] if start >= 0 else []
-    for rev in upto[start + 1:]:
-        path = versions / f"{rev}.sql"
-        if path.exists():
-            parts.append(schema.code_of(path.read_text()))
-    return "\n".join(parts)
+    snapshot = versions / f"{revision}.code.sql"
+    if revision == chain[-1] and not (downgrading and snapshot.exists()):
+        return schema.current_code()
+    if snapshot.exists():
+        return snapshot.read_text()
+    at = chain.index(revision)
+    if at <= chain.index(releases.RELEASES[releases.FIRST]):
+        frozen = (versions / f"{rev}.sql" for rev in chain[: at + 1])
+        return "\n".join(schema.code_of(path.read_text()) for path in frozen if path.exists())
+    version = releases.release_of(revision)
+    if version is not None:
+        raise schema.SchemaRefused(
+            f"release {version}'s code ({revision}) is no longer shipped (only the previous release's "
+            "is): go there with the next release's package, then on with that release's")
+    raise schema.SchemaRefused(
+        f"{revision} is not a release revision: a database goes to the head ({chain[-1]}), "
+        f"a release ({releases.listed()}) or base")
 
 
-def finish(connection: Any, revision: str | None) -> None:
+def check_target(revision: str, *, downgrading: bool) -> None:
+    """Refuse, before anything runs, a target no database may be left at. ``head`` and ``base`` pass;
+    a revision id (or a unique prefix of one, as Alembic takes) must have shipped code; Alembic's
+    relative forms (``-1``, ``+2``, ``rev@head``) are judged by :func:`finish` where they land."""
+    relative = "@" in revision or (revision[:1] in ("+", "-") and revision[1:].isdigit())
+    if revision in ("head", "heads", "base") or relative:
+        return
+    matches = [rev for rev in schema.revisions() if rev == revision or rev.startswith(revision)]
+    if len(matches) != 1:
+        raise schema.SchemaRefused(
+            f"unknown schema revision {revision!r}: a database goes to the head ({schema.head()}), "
+            f"a release ({releases.listed()}) or base")
+    code_at(matches[0], downgrading=downgrading)
+
+
+def drop_triggers(connection: Any) -> None:
+    """Before a downgrade's revisions run: every trigger of schema mycelium goes (the code of the
+    revision it ends at brings back its own), so no revision's downgrade depends on what a later
+    release named its triggers."""
+    run_on(connection, schema.as_owner("""
+      DO $drop$
+      DECLARE t record;
+      BEGIN
+        FOR t IN SELECT g.tgname, g.tgrelid::regclass AS tbl
+                 FROM pg_trigger g JOIN pg_class c ON c.oid = g.tgrelid
+                 WHERE c.relnamespace = 'mycelium'::regnamespace AND NOT g.tgisinternal
+        LOOP
+          EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.tbl);
+        END LOOP;
+      END
+      $drop$;
+    """))
+
+
+def finish(connection: Any, revision: str | None, *, downgrading: bool = False) -> None:
     """The end of every migration run, in its transaction: the code of the revision the database
-    is now at (``sql/`` at the head, the frozen files below it) replaces what is there, what it
-    leaves out is dropped, and the privileges are applied again."""
+    is now at (:func:`code_at`) replaces what is there, what it leaves out is dropped, and the
+    privileges are applied again."""
     if revision is None:
         return  # everything the hub created is gone
-    code = schema.current_code() if revision == schema.head() else frozen_code(revision)
-    run_on(connection, schema.reapply(code))
+    run_on(connection, schema.reapply(code_at(revision, downgrading=downgrading)))
     run_on(connection, schema.grants())

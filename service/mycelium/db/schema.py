@@ -303,12 +303,17 @@ _DOWN = re.compile(r'^down_revision\s*=\s*(?:"([^"]+)"|None)', re.MULTILINE)
 @cache
 def revisions() -> tuple[str, ...]:
     """The revision ids from the first to the head (one line of history; Alembic agrees, tested)."""
+    versions = sorted(Path(migrations_dir(), "versions").glob("*.py"))
+    return revision_chain({path.name: path.read_text() for path in versions})
+
+
+def revision_chain(files: dict[str, str]) -> tuple[str, ...]:
+    """The revision ids, first to head, of revision files given as {file name: text}."""
     parent: dict[str | None, str] = {}
-    for path in sorted(Path(migrations_dir(), "versions").glob("*.py")):
-        text = path.read_text()
+    for name, text in sorted(files.items()):
         rev, down = _REVISION.search(text), _DOWN.search(text)
         if rev is None or down is None:
-            raise RuntimeError(f"{path.name} declares no revision/down_revision")
+            raise RuntimeError(f"{name} declares no revision/down_revision")
         if down.group(1) in parent:
             raise RuntimeError(f"two revisions follow {down.group(1)!r}: history must be one line")
         parent[down.group(1)] = rev.group(1)
