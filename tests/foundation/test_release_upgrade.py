@@ -150,7 +150,8 @@ async def test_a_release_database_upgrades_in_place_while_its_hub_keeps_serving(
         old.wait_ready()
         async with httpx.AsyncClient(timeout=30) as client:
             await use_the_main_verbs(client, old.url, "before")
-            kept_columns = await table_columns(dsn)
+            # every table's rows but the workers' heartbeats, which the running hubs rewrite
+            kept_columns = {t: cols for t, cols in (await table_columns(dsn)).items() if t != "worker_loops"}
             before = await table_rows(dsn, kept_columns)
             assert len(before["memories"]) >= 2 and len(before["transitions"]) >= 1 and len(before["messages"]) >= 3
 
