@@ -46,6 +46,8 @@ def _run(connection) -> None:
             or _below(start, context.get_revision_argument())
         if downgrading:
             migrate.drop_triggers(connection)
+        elif start == schema.head() and migrate.code_is_current_on(connection):
+            return  # another process applied this code while this one waited for the lock
         context.run_migrations()
         migrate.finish(connection, context.get_context().get_current_revision(), downgrading=downgrading)
 

@@ -97,3 +97,32 @@ CREATE OR REPLACE FUNCTION mycelium.schema_fingerprint() RETURNS text LANGUAGE s
 $$;
 COMMENT ON FUNCTION mycelium.schema_fingerprint() IS
   'A digest of mycelium.schema_catalogue(): equal on two databases with the same schema.';
+
+-- The code a hub's migration applied last, so a hub that starts on a database whose code is already
+-- this release's applies nothing (re-creating views, triggers and policies takes locks that queue
+-- behind, and deadlock with, the replicas serving meanwhile). One row: the digest of the code and
+-- privileges applied (sql/ and grants.sql as shipped), and the code's fingerprint right after. A
+-- start skips only when both still match: the package ships that code, and nobody changed it since
+-- (a function replaced in psql, a grant revoked: the live fingerprint moves and the code is applied).
+CREATE TABLE mycelium.code_applied (
+  only_row boolean PRIMARY KEY DEFAULT true CONSTRAINT code_applied_one_row CHECK (only_row),
+  code_digest text NOT NULL CONSTRAINT code_applied_digest_shape CHECK (code_digest ~ '^[0-9a-f]{64}$'),
+  fingerprint text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE mycelium.code_applied IS
+  'The code the last migration applied: its digest and mycelium.code_fingerprint() right after.';
+
+-- The schema's fingerprint without what a running hub changes by design: whether a table has
+-- row-level security on (the auth.gate setting turns it on and off, sql/privacy.sql).
+CREATE OR REPLACE FUNCTION mycelium.code_fingerprint() RETURNS text LANGUAGE sql STABLE AS $$
+  SELECT encode(sha256(convert_to(
+           string_agg(kind || ' ' || name || ' ' || definition, E'\n' ORDER BY kind, name, definition),
+           'UTF8')), 'hex')
+  FROM (SELECT kind, name,
+               CASE WHEN kind = 'relation' THEN regexp_replace(definition, ' rls$', '') ELSE definition END
+                 AS definition
+        FROM mycelium.schema_catalogue()) c
+$$;
+COMMENT ON FUNCTION mycelium.code_fingerprint() IS
+  'mycelium.schema_fingerprint() less the row-level security switch: what code_applied compares.';

@@ -15,7 +15,7 @@ import asyncpg
 
 from mycelium.db.embedded import EmbeddedPostgres
 from mycelium.db.listener import Listener
-from mycelium.db.migrate import upgrade_async
+from mycelium.db.migrate import upgrade_on_start
 from mycelium.db.pool import create_pool
 from mycelium.embed import Embedder, make_embedder
 from mycelium.settings import Settings
@@ -58,7 +58,7 @@ class Hub:
             self.embedded = EmbeddedPostgres(self.settings.resolved_data_dir())
             self.dsn = await asyncio.to_thread(self.embedded.attach, create=self.create_cluster)
         if self.settings.migrate_on_start:
-            await upgrade_async(self.dsn)
+            await upgrade_on_start(self.dsn)
         self.pool = await create_pool(
             self.dsn, role=self.settings.app_role,
             min_size=self.settings.pool_min_size, max_size=self.settings.pool_max_size,

@@ -24,19 +24,26 @@ from tests.support.processes import HubProcess
 pytestmark = pytest.mark.slow
 
 
-def previous_release() -> tuple[str, str]:
-    """(version, commit) of the newest release in CHANGELOG.md."""
-    found = re.search(r"^## (\S+) — ([0-9a-f]{7,40})\b", (REPO_ROOT / "CHANGELOG.md").read_text(), re.MULTILINE)
-    assert found, "CHANGELOG.md records no release"
-    return found.group(1), found.group(2)
+def previous_release(version: str | None = None) -> tuple[str, str]:
+    """(version, commit) of the newest release in CHANGELOG.md, or of the one named."""
+    found = [(m.group(1), m.group(2)) for m in re.finditer(
+        r"^## (\S+) — ([0-9a-f]{7,40})\b", (REPO_ROOT / "CHANGELOG.md").read_text(), re.MULTILINE)
+        if version is None or m.group(1) == version]
+    assert found, f"CHANGELOG.md records no release {version or ''}"
+    return found[0]
 
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory) -> Path:
     """The previous release's source tree, from its recorded commit."""
+    return release_tree(tmp_path_factory)
+
+
+def release_tree(tmp_path_factory, version: str | None = None) -> Path:
+    """A release's source tree (default the previous release's), from its recorded commit."""
     if not (REPO_ROOT / ".git").exists():
         pytest.skip("needs the repository's history: run from a git clone")
-    version, commit = previous_release()
+    version, commit = previous_release(version)
     tree = tmp_path_factory.mktemp(f"release-{version}")
     archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", "--format=tar", commit],
                              check=True, capture_output=True).stdout

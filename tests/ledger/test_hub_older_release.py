@@ -1,4 +1,4 @@
-"""The SDK's hub store against a hub of the previous release (CHANGELOG.md), which predates
+"""The SDK's hub store against a hub of release 0.1.0 (CHANGELOG.md), which predates
 ``result_text``: its completion route refuses the field (422, nothing written), so the store completes
 with the result as a value instead, and a redispatch returns that result, the side effect run once.
 A real hub process of that release, on a database that release built, over real HTTP."""
@@ -13,12 +13,17 @@ import pytest
 
 from mycelium import HubLedgerStorage, ToolTransitionBinding, ledger, side_effect
 from mycelium.ledger.ledger import ActionLedger
-from tests.foundation.test_release_upgrade import migrate_with_release, release, release_env
+from tests.foundation.test_release_upgrade import migrate_with_release, release_env, release_tree
 from tests.support.processes import HubProcess
 
 pytestmark = pytest.mark.slow
 
-__all__ = ["release"]  # the fixture: the previous release's source tree
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    """Release 0.1.0's source tree: the last release without result_text."""
+    return release_tree(tmp_path_factory, "0.1.0")
 
 RESULT = {"zebra": 1, "apple": {"y": 2, "b": [3]}, "mango": 1.5}
 BINDING = ToolTransitionBinding.for_tool(side_effect_class="non_idempotent_mutate")

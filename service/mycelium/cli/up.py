@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import errno
 import logging
 import os
@@ -122,7 +123,7 @@ def _run_workers(settings: Settings, workers: int, log_level: str, loops: bool) 
     import uvicorn
 
     from mycelium.db.embedded import EmbeddedPostgres
-    from mycelium.db.migrate import upgrade
+    from mycelium.db.migrate import upgrade_on_start
 
     embedded = None
     dsn = settings.database_url
@@ -131,7 +132,7 @@ def _run_workers(settings: Settings, workers: int, log_level: str, loops: bool) 
         dsn = embedded.attach()
     try:
         if settings.migrate_on_start:
-            upgrade(dsn)
+            asyncio.run(upgrade_on_start(dsn))
         os.environ.update({
             "MYCELIUM_DATABASE_URL": dsn, "MYCELIUM_MIGRATE_ON_START": "false",
             "MYCELIUM_DATA_DIR": str(settings.resolved_data_dir()),

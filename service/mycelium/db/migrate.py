@@ -52,6 +52,22 @@ async def upgrade_async(dsn: str, revision: str = "head") -> None:
     await asyncio.to_thread(upgrade, dsn, revision)
 
 
+async def upgrade_on_start(dsn: str) -> bool:
+    """A hub's start: migrate to the head unless the database already runs exactly this package's
+    code (:func:`mycelium.db.schema.code_is_current`), so replicas starting beside serving ones take
+    no locks. Whether it migrated."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        current = await schema.code_is_current(conn)
+    finally:
+        await conn.close()
+    if not current:
+        await upgrade_async(dsn)
+    return not current
+
+
 async def current_revision(dsn: str) -> str | None:
     """The revision the database is at, or None when it was never migrated."""
     import asyncpg
@@ -134,6 +150,14 @@ def check_target(revision: str, *, downgrading: bool) -> None:
     code_at(matches[0], downgrading=downgrading)
 
 
+def code_is_current_on(connection: Any) -> bool:
+    """On a migration connection at the head: :func:`mycelium.db.schema.code_is_current`."""
+    from sqlalchemy import text
+
+    query = schema.CODE_IS_CURRENT.replace("$1", ":digest")
+    return bool(connection.execute(text(query), {"digest": schema.code_digest()}).scalar())
+
+
 def drop_triggers(connection: Any) -> None:
     """Before a downgrade's revisions run: every trigger of schema mycelium goes (the code of the
     revision it ends at brings back its own), so no revision's downgrade depends on what a later
@@ -159,5 +183,7 @@ def finish(connection: Any, revision: str | None, *, downgrading: bool = False) 
     privileges are applied again."""
     if revision is None:
         return  # everything the hub created is gone
-    run_on(connection, schema.reapply(code_at(revision, downgrading=downgrading)))
+    code = code_at(revision, downgrading=downgrading)
+    run_on(connection, schema.reapply(code))
     run_on(connection, schema.grants())
+    run_on(connection, schema.stamp(applied=code == schema.current_code()))

@@ -280,8 +280,44 @@ def current_code() -> str:
     return "\n".join(code_of(_read(name)) for name in SQL_FILES)
 
 
-def code_digest(code: str | None = None) -> str:
-    return hashlib.sha256((code if code is not None else current_code()).encode()).hexdigest()
+@cache
+def code_digest() -> str:
+    """The digest of the code and privileges this package applies (``sql/`` and ``grants.sql``)."""
+    return hashlib.sha256((current_code() + "\n" + grants()).encode()).hexdigest()
+
+
+def stamp(applied: bool) -> str:
+    """After the code: record that this package's code is applied (``applied``), or that the code
+    is some other release's (a downgrade), in ``mycelium.code_applied`` where the table exists."""
+    write = (f"INSERT INTO mycelium.code_applied (code_digest, fingerprint) "
+             f"VALUES ('{code_digest()}', mycelium.code_fingerprint()) "
+             "ON CONFLICT (only_row) DO UPDATE SET code_digest = EXCLUDED.code_digest, "
+             "fingerprint = EXCLUDED.fingerprint, applied_at = now();") if applied else \
+        "DELETE FROM mycelium.code_applied;"
+    return as_owner(f"""
+DO $stamp$
+BEGIN
+  IF to_regclass('mycelium.code_applied') IS NOT NULL THEN
+    {write}
+  END IF;
+END
+$stamp$;
+""")
+
+
+async def code_is_current(conn: asyncpg.Connection) -> bool:
+    """The database is at the head and runs exactly this package's code and privileges, unchanged
+    since they were applied: a hub starting on it has nothing to migrate."""
+    if await installed_revision(conn) != head():
+        return False
+    return bool(await conn.fetchval(CODE_IS_CURRENT, code_digest()))
+
+
+# at the head: whether the code applied last is this package's ($1: code_digest()), unchanged since
+CODE_IS_CURRENT = """
+  SELECT coalesce((SELECT code_digest = $1 AND fingerprint = mycelium.code_fingerprint()
+                   FROM mycelium.code_applied), false)
+"""
 
 
 def reapply(code: str) -> str:
@@ -369,4 +405,5 @@ async def install(conn: asyncpg.Connection) -> str:
         await conn.execute(_VERSION_TABLE)
         await conn.execute("INSERT INTO public.alembic_version (version_num) VALUES ($1)", head())
         await conn.execute(grants())  # the version table is readable by the hub's roles too
+        await conn.execute(stamp(applied=True))
     return head()
