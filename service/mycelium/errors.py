@@ -1,16 +1,20 @@
 """Refusals: the one shape every 4xx takes, and the one map from database errors to it.
 
 The database refuses with SQLSTATE ``MYnnn`` (nnn = the HTTP status) and a JSON DETAIL holding
-``{"error": code, ...}``; constraint violations that reach us from a direct write are mapped by class.
+``{"error": code, ...}``; constraint violations that reach us from a direct write, and the other plain
+SQLSTATEs a caller can cause, are mapped as ``contracts/refusals.json`` says (``database_errors``).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import asyncpg
+
+from mycelium.paths import contracts_dir
 
 
 @dataclass
@@ -27,22 +31,16 @@ class Refusal(Exception):
         return {**self.extra, "error": self.error, "message": self.message}
 
 
-_BY_SQLSTATE: dict[str, tuple[int, str]] = {
-    "23505": (409, "conflict"),
-    "23514": (422, "constraint"),
-    "23502": (422, "missing_value"),
-    "23503": (409, "reference"),
-    "23P01": (409, "conflict"),
-    "22001": (422, "too_long"),
-    "22P02": (422, "invalid_input"),
-    "22023": (422, "invalid_input"),
-    "22000": (422, "invalid_input"),
-    "22003": (422, "out_of_range"),
-    "22007": (422, "invalid_input"),
-    "22008": (422, "out_of_range"),
-    "40001": (409, "serialization_failure"),
-    "40P01": (409, "deadlock"),
-}
+@cache
+def _database_errors() -> tuple[dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
+    """``contracts/refusals.json``'s ``database_errors`` (SQLSTATE -> status, code) and
+    ``database_error_classes`` (the catch-all by a SQLSTATE's class), read once, at the first need."""
+    spec = json.loads((contracts_dir() / "refusals.json").read_text(encoding="utf-8"))
+
+    def pairs(table: dict[str, dict[str, Any]]) -> dict[str, tuple[int, str]]:
+        return {key: (int(entry["status"]), str(entry["error"])) for key, entry in table.items()}
+
+    return pairs(spec["database_errors"]), pairs(spec["database_error_classes"])
 
 
 def refusal_from_db(exc: BaseException) -> Refusal | None:
@@ -63,15 +61,17 @@ def refusal_from_db(exc: BaseException) -> Refusal | None:
                 extra = parsed
         error = str(extra.pop("error", "refused"))
         return Refusal(int(state[2:]), error, message, extra)
-    if state in _BY_SQLSTATE:
-        status, error = _BY_SQLSTATE[state]
+    by_sqlstate, by_class = _database_errors()
+    if state in by_sqlstate:
+        status, error = by_sqlstate[state]
         extra = {}
         constraint = getattr(exc, "constraint_name", None)
         if constraint:
             extra["constraint"] = constraint
         return Refusal(status, error, message, extra)
-    if state.startswith("22"):
-        return Refusal(422, "invalid_input", message)
+    if state[:2] in by_class:
+        status, error = by_class[state[:2]]
+        return Refusal(status, error, message)
     return None
 
 
