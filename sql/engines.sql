@@ -19,10 +19,17 @@
 --   * persona_turns: what a persona said and heard, per (room, handle), so it remembers across
 --     turns and across workers.
 
+-- What an engine may be: contracts/vocabulary.json's engine_kinds (the Python side reads the same
+-- file); the engines table's CHECK names it, so a new kind is a change to the contract alone.
+CREATE OR REPLACE FUNCTION mycelium.engine_kinds() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
+  SELECT array_agg(k ORDER BY n) FROM jsonb_array_elements_text({{contract vocabulary.json engine_kinds}}::jsonb)
+    WITH ORDINALITY AS v (k, n)
+$$;
+
 CREATE TABLE mycelium.engines (
   room text NOT NULL REFERENCES mycelium.rooms (name) ON DELETE CASCADE,
   handle text NOT NULL CONSTRAINT engine_handle_normalised CHECK (mycelium.handle_is_normalised(handle)),
-  kind text NOT NULL CONSTRAINT engine_kind_known CHECK (kind IN ('conductor', 'persona', 'aligner', 'synthesizer')),
+  kind text NOT NULL CONSTRAINT engine_kind_known CHECK (kind = ANY (mycelium.engine_kinds())),
   description text NOT NULL DEFAULT '',
   created_by text NOT NULL,
   created_at timestamptz NOT NULL DEFAULT now(),
@@ -133,10 +140,6 @@ CREATE TABLE mycelium.persona_turns (
 
 -- ---------------------------------------------------------------------------------------------
 -- Rules on the timeline.
-
-CREATE OR REPLACE FUNCTION mycelium.engine_kinds() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
-  SELECT ARRAY['conductor', 'persona', 'aligner', 'synthesizer']
-$$;
 
 -- Is p_handle (normalised) an engine of p_room: registered there, or one of the reserved handles?
 CREATE OR REPLACE FUNCTION mycelium.is_engine(p_room text, p_handle text) RETURNS boolean
@@ -784,20 +787,11 @@ $$;
 -- its JSON text (which YAML reads as it is) or as its structured value. One that does not validate
 -- is refused at write time (422 invalid_flow, listing every problem), whoever writes it.
 
--- The step vocabulary (mycelium.engines.flows.VOCABULARY says the same; a test holds them equal):
+-- The step vocabulary, contracts/vocabulary.json's flow (mycelium.engines.flows reads the same file):
 -- the groups a step may address, the ends, the step kinds and the edges each kind branches on, what
 -- a step may collect and require.
 CREATE OR REPLACE FUNCTION mycelium.flow_vocabulary() RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
-  SELECT '{"groups": ["each", "all", "workers", "bottleneck", "contested"],
-           "ends": ["resolved", "rejected", "converged"],
-           "kinds": ["ask", "select", "tally", "lock"],
-           "collect": ["options", "scores", "pieces", "tasks"],
-           "require": ["stance", "scores", "pieces", "tasks"],
-           "edges": {"ask": ["accept", "reject", "silent", "default"],
-                     "select": ["feasible", "infeasible", "stuck"],
-                     "tally:points": ["grew", "settled", "empty", "default"],
-                     "tally:terms": ["contested", "clear", "default"],
-                     "lock": ["locked", "empty", "default"]}}'::jsonb
+  SELECT {{contract vocabulary.json flow}}::jsonb
 $$;
 
 CREATE OR REPLACE FUNCTION mycelium.flow_problems(p_spec jsonb, p_name text) RETURNS text[]

@@ -14,12 +14,13 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- accept / reject as a message states it: the payload's lifted action first, then the last
--- stance=/action= inside a [[mycelium: …]] marker in the prose (mirrors core/markers.stance_of).
+-- stance=/action= word inside a [[mycelium: …]] marker in the prose that contracts/vocabulary.json's
+-- stance_words knows (core/markers.stance_of reads the same map).
 CREATE OR REPLACE FUNCTION mycelium.stance_of(p_payload jsonb, p_text text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT CASE WHEN p_payload ->> 'action' IN ('accept', 'reject') THEN p_payload ->> 'action'
               WHEN strpos(p_text, '[[') = 0 THEN NULL ELSE (
-    SELECT CASE WHEN v IN ('accept', 'agree', 'yes', 'approve') THEN 'accept' ELSE 'reject' END
+    SELECT {{contract vocabulary.json stance_words}}::jsonb ->> v
     FROM (
       SELECT lower(coalesce(p[2], p[3], p[4])) AS v, i, j
       FROM regexp_matches(coalesce(p_text, ''), '\[\[\s*mycelium\s*:((?:[^\]]|\](?!\]))*)\]\]', 'gi')
@@ -28,7 +29,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
              WITH ORDINALITY AS pr (p, j)
       WHERE lower(p[1]) IN ('stance', 'action')
     ) pairs
-    WHERE v IN ('accept', 'agree', 'yes', 'approve', 'reject', 'block', 'no')
+    WHERE {{contract vocabulary.json stance_words}}::jsonb ? v
     ORDER BY i DESC, j DESC LIMIT 1
   ) END
 $$;

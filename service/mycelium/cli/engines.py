@@ -8,6 +8,7 @@ from typing import Any
 
 from mycelium.cli.client import call, print_json
 from mycelium.cli.common import add_author, add_json, add_room, handle_of, path_part, room_of
+from mycelium.contracts import vocabulary
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -18,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     c = esub.add_parser("create", help="register an engine in a room (writes its agents/<handle> manifest)")
     c.add_argument("engine", help="its handle, e.g. conductor")
-    c.add_argument("--kind", choices=("conductor", "persona", "aligner", "synthesizer"), default="conductor")
+    c.add_argument("--kind", choices=vocabulary()["engine_kinds"], default="conductor")
     c.add_argument(
         "--description",
         default="",

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from mycelium.contracts import vocabulary
+
 MARKER_RE = re.compile(r"\[\[\s*mycelium\s*:(.*?)\]\]", re.IGNORECASE | re.DOTALL)
 #: A marker with the spaces after it, so a label at the start of a line leaves the line flush.
 _STRIP_RE = re.compile(MARKER_RE.pattern + r"[ \t]*", re.IGNORECASE | re.DOTALL)
@@ -44,19 +46,10 @@ _RATING_KEY_RE = re.compile(r"[A-Z]")
 _RATING_VALUE_RE = re.compile(r"\d{1,3}")
 _POINT_ID_RE = re.compile(r"p\d+")
 
-#: What a stance (or action) word means. Anything else states no stance.
-STANCE_WORDS: Mapping[str, str] = MappingProxyType(
-    {
-        "accept": "accept",
-        "agree": "accept",
-        "yes": "accept",
-        "approve": "accept",
-        "reject": "reject",
-        "block": "reject",
-        "no": "reject",
-    }
-)
-STANCES = ("accept", "reject")
+#: What a stance (or action) word means. Anything else states no stance (contracts/vocabulary.json,
+#: which the database's mycelium.stance_of reads too).
+STANCE_WORDS: Mapping[str, str] = MappingProxyType(dict(vocabulary()["stance_words"]))
+STANCES = tuple(dict.fromkeys(STANCE_WORDS.values()))
 
 #: The first word of a marker that states a negotiation move.
 MOVE_WORDS = ("offer", "accept", "reject")

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import ast
 import io
+import json
 import re
 import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mycelium.db import releases, schema
 
@@ -73,8 +75,9 @@ def _sql_files(schema_py: str) -> tuple[str, ...]:
 
 def release_at(repo: Path, version: str, commit: str) -> Release:
     """The release's revision and code, read from its commit in the repository's history."""
-    archive = _git(repo, "archive", "--format=tar", commit,
-                   "sql", "migrations/versions", "service/mycelium/db/schema.py")
+    listed = _git(repo, "ls-tree", "--name-only", commit).decode().split()
+    archive = _git(repo, "archive", "--format=tar", commit, "sql", "migrations/versions",
+                   "service/mycelium/db/schema.py", *(["contracts"] if "contracts" in listed else []))
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         files = {m.name: tar.extractfile(m).read().decode()  # type: ignore[union-attr]
                  for m in tar.getmembers() if m.isfile()}
@@ -83,7 +86,13 @@ def release_at(repo: Path, version: str, commit: str) -> Release:
         if name.startswith("migrations/versions/") and name.endswith(".py")})
     if not chain:
         raise FreezeError(f"commit {commit} has no schema revisions")
-    code = "\n".join(schema.code_of(files[f"sql/{name}"])
+
+    def contract(name: str) -> Any:
+        data = json.loads(files[f"contracts/{name}"])
+        data.pop("_comment", None)
+        return data
+
+    code = "\n".join(schema.code_of(schema.inline_contracts(files[f"sql/{name}"], contract))
                      for name in _sql_files(files["service/mycelium/db/schema.py"]))
     return Release(version, commit, chain[-1], code)
 

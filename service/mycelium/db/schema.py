@@ -19,9 +19,12 @@ proves both roads give the same catalogue.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
@@ -254,8 +257,27 @@ def code_of(text: str) -> str:
 
 # -- the shipped scripts ----------------------------------------------------------------------------
 
+_CONTRACT = re.compile(r"\{\{contract ([a-z0-9-]+\.json) ([a-z_]+)\}\}")
+
+
+def inline_contracts(text: str, contract: Callable[[str], Any]) -> str:
+    """``text`` with each ``{{contract <file> <key>}}`` replaced by that entry of the contract file
+    (``contract(file)`` reads it) as a dollar-quoted JSON literal: a closed set the SQL and the Python
+    side share is written once, in ``contracts/`` (see :mod:`mycelium.contracts`)."""
+    def literal(m: re.Match[str]) -> str:
+        data = contract(m.group(1))
+        if not isinstance(data, dict) or m.group(2) not in data:
+            raise RuntimeError(f"sql/ names {m.group(0)}, which contracts/{m.group(1)} does not hold")
+        value = json.dumps(data[m.group(2)], ensure_ascii=False, separators=(", ", ": "))
+        return f"$contract${value}$contract$"
+
+    return _CONTRACT.sub(literal, text)
+
+
 def _read(name: str) -> str:
-    return (sql_dir() / name).read_text()
+    from mycelium.contracts import load
+
+    return inline_contracts((sql_dir() / name).read_text(), load)
 
 
 def as_owner(script: str) -> str:

@@ -16,36 +16,25 @@ from typing import Any
 
 import yaml
 
-GROUPS = ("each", "all", "workers", "bottleneck", "contested")
-ENDS = ("resolved", "rejected", "converged")
-STANCE_KEYS = ("accept", "reject", "silent", "default")
-SELECT_KEYS = ("feasible", "infeasible", "stuck")
+from mycelium.contracts import vocabulary
+
+#: The step vocabulary (contracts/vocabulary.json's ``flow``, which the database's check of a
+#: ``protocols/`` write, mycelium.flow_problems, reads too).
+VOCABULARY: dict[str, Any] = vocabulary()["flow"]
+GROUPS = tuple(VOCABULARY["groups"])
+ENDS = tuple(VOCABULARY["ends"])
+STANCE_KEYS = tuple(VOCABULARY["edges"]["ask"])
+SELECT_KEYS = tuple(VOCABULARY["edges"]["select"])
 #: what a tally reads, and the edges each way of tallying can take
-TALLY_KEYS = {"points": ("grew", "settled", "empty", "default"), "terms": ("contested", "clear", "default")}
-LOCK_KEYS = ("locked", "empty", "default")
+TALLY_KEYS = {of: tuple(VOCABULARY["edges"][f"tally:{of}"]) for of in ("points", "terms")}
+LOCK_KEYS = tuple(VOCABULARY["edges"]["lock"])
+KINDS = tuple(VOCABULARY["kinds"])
 #: steps that ask nobody: code decides where they lead
-CODE_KINDS = ("select", "tally", "lock")
-KINDS = ("ask", *CODE_KINDS)
-COLLECTS = ("options", "scores", "pieces", "tasks")
-REQUIRES = ("stance", "scores", "pieces", "tasks")
+CODE_KINDS = tuple(k for k in KINDS if k != "ask")
+COLLECTS = tuple(VOCABULARY["collect"])
+REQUIRES = tuple(VOCABULARY["require"])
 DEFAULT_MAX_ROUNDS = {"points": 3, "terms": 2}
 DEFAULT_MAX_STEPS = 12
-#: The step vocabulary, as ``mycelium.flow_vocabulary()`` states it for the database's check of a
-#: ``protocols/`` write (a test holds the two equal).
-VOCABULARY: dict[str, Any] = {
-    "groups": list(GROUPS),
-    "ends": list(ENDS),
-    "kinds": list(KINDS),
-    "collect": list(COLLECTS),
-    "require": list(REQUIRES),
-    "edges": {
-        "ask": list(STANCE_KEYS),
-        "select": list(SELECT_KEYS),
-        "tally:points": list(TALLY_KEYS["points"]),
-        "tally:terms": list(TALLY_KEYS["terms"]),
-        "lock": list(LOCK_KEYS),
-    },
-}
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 _ROLE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 

@@ -8,13 +8,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mycelium.contracts import vocabulary
 from mycelium.verbs.messages import MessageRead, message_read
+
+#: what an engine may be (contracts/vocabulary.json, which the database's create_engine reads too)
+ENGINE_KINDS: tuple[str, ...] = tuple(vocabulary()["engine_kinds"])
+EngineKind = Literal[ENGINE_KINDS]  # type: ignore[valid-type]
 
 
 class EngineCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     handle: str = Field(min_length=1, max_length=200)
-    kind: Literal["conductor", "persona", "aligner", "synthesizer"] = "conductor"
+    kind: EngineKind = "conductor"
     description: str = Field(default="", max_length=4000)
     created_by: str = Field(min_length=1, max_length=200)
 

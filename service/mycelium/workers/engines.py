@@ -34,6 +34,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from mycelium.contracts import vocabulary
 from mycelium.embed import Embedder
 from mycelium.engines import accord, conductor, persona
 from mycelium.engines.aligner import worker as aligner
@@ -64,7 +65,7 @@ def _float_env(name: str, default: float) -> float:
 
 
 def kinds_from_env() -> list[str]:
-    raw = os.environ.get("MYCELIUM_ENGINE_KINDS") or "conductor,persona,aligner,synthesizer"
+    raw = os.environ.get("MYCELIUM_ENGINE_KINDS") or ",".join(vocabulary()["engine_kinds"])
     return [k.strip() for k in raw.split(",") if k.strip()]
 
 
