@@ -3,7 +3,6 @@ loopback (its keys can be rotated while it runs), and tokens minted with PyJWT."
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -113,19 +112,11 @@ def bearer(token: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def replicas(pg_server, tmp_path, provider: Provider):
+def replicas(hub_processes, provider: Provider):
     """Two gated hub processes on one database (the first runs the loops), sharing a secret."""
-    from tests.support.processes import HubProcess
-
-    name = asyncio.run(pg_server.create_database())
     env = {"MYCELIUM_AUTH": "on", "MYCELIUM_AUTH_ISSUERS": provider.issuers(), "MYCELIUM_AUTH_SECRET": HUB_SECRET}
-    hubs = [HubProcess(data_dir=tmp_path / f"hub{i}", database_url=pg_server.dsn(name),
-                       extra=["--no-mirror", *(["--no-workers"] if i else [])], env=env) for i in range(2)]
-    try:
-        for h in hubs:
-            h.wait_ready()
-        yield hubs
-    finally:
-        for h in hubs:
-            h.stop()
-        asyncio.run(pg_server.drop_database(name))
+    hubs = [hub_processes(extra=["--no-mirror", *(["--no-workers"] if i else [])], env=env, wait=False)
+            for i in range(2)]
+    for h in hubs:
+        h.wait_ready()
+    return hubs

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
-import sys
 import zipfile
 
 from mycelium.export.verify import verify
 from tests.ledger.conftest import claim
+from tests.support.cli import mycelium
 
 
 async def _history(client, admin_conn) -> None:
@@ -115,8 +114,7 @@ async def test_the_cli_verifies_a_bundle_and_exits_1_on_a_changed_byte(client, a
     bad.write_bytes(_rewrite(data, "memories.jsonl", lambda c: c.replace(b"May", b"Jun")))
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "mycelium.cli.main", "export", "verify", *args],
-                              capture_output=True, text=True, env=dict(os.environ), timeout=60)
+        return mycelium("export", "verify", *args)
 
     ok = cli(str(good))
     assert ok.returncode == 0 and "verified: intact and signed" in ok.stdout, ok.stderr

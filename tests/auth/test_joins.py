@@ -11,6 +11,7 @@ import httpx
 
 from mycelium.auth import codes
 from tests.auth.conftest import bearer
+from tests.support.cli import mycelium
 
 
 def test_codes_are_normalised_before_hashing():
@@ -85,7 +86,6 @@ def test_mycelium_join_keeps_the_membership_for_the_folder_and_acts_as_it(replic
     import os
     import stat
     import subprocess
-    import sys
 
     one, two = (h.url for h in replicas)
     op = bearer(provider.token("olga", role="operator"))
@@ -97,8 +97,7 @@ def test_mycelium_join_keeps_the_membership_for_the_folder_and_acts_as_it(replic
     env = {k: v for k, v in os.environ.items() if k not in ("MYCELIUM_TOKEN", "MYCELIUM_HANDLE", "USER")}
 
     def cli(*args: str, cwd) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "mycelium.cli.main", *args], capture_output=True, text=True,
-                              env={**env, "MYCELIUM_API_URL": two}, cwd=cwd, timeout=60)
+        return mycelium(*args, url=two, base=env, cwd=cwd)
 
     joined = cli("join", code, cwd=project)
     assert joined.returncode == 0 and "joined vault as @frank" in joined.stdout, joined.stderr

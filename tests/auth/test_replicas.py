@@ -12,16 +12,13 @@ import sys
 import httpx
 
 from tests.auth.conftest import bearer
+from tests.support.cli import mycelium
 from tests.support.processes import HubProcess
 
 
 def cli(url: str, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MYCELIUM_API_URL": url, "MYCELIUM_HANDLE": "alice"}
-    env.pop("MYCELIUM_TOKEN", None)
-    if token:
-        env["MYCELIUM_TOKEN"] = token
-    return subprocess.run([sys.executable, "-m", "mycelium.cli.main", *args], capture_output=True, text=True,
-                          env=env, timeout=60)
+    base = {k: v for k, v in os.environ.items() if k != "MYCELIUM_TOKEN"}
+    return mycelium(*args, url=url, base=base, env={"MYCELIUM_HANDLE": "alice", **({"MYCELIUM_TOKEN": token} if token else {})})
 
 
 def test_two_gated_replicas_share_the_issuer_and_the_cli_carries_the_token(replicas, provider):

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 
 import asyncpg
 import httpx
 import pytest
 
 from tests.board.conftest import backdate, notices, task
-from tests.support.processes import HubProcess
+from tests.support.cli import mycelium
 
 pytestmark = pytest.mark.slow
 
@@ -68,15 +66,11 @@ async def test_two_sweepers_announce_each_expiry_once(db_dsn, admin_conn):
 
 
 @pytest.fixture
-def hubs(db_dsn, tmp_path):
-    procs = [HubProcess(data_dir=tmp_path / f"hub{i}", database_url=db_dsn, extra=["--no-mirror"]) for i in range(2)]
-    try:
-        for p in procs:
-            p.wait_ready()
-        yield procs
-    finally:
-        for p in procs:
-            p.stop()
+def hubs(hub_processes):
+    procs = [hub_processes(wait=False) for _ in range(2)]
+    for p in procs:
+        p.wait_ready()
+    return procs
 
 
 async def test_two_hub_replicas_racing_for_one_row_give_it_to_exactly_one_agent(hubs, admin_conn):
@@ -113,9 +107,7 @@ async def test_the_sweepers_of_two_running_hubs_announce_an_expiry_once(hubs, ad
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MYCELIUM_API_URL": url, "MYCELIUM_ROOM": ROOM}
-    return subprocess.run([sys.executable, "-m", "mycelium.cli.main", "board", *args],
-                          capture_output=True, text=True, env=env, timeout=60)
+    return mycelium("board", *args, url=url, env={"MYCELIUM_ROOM": ROOM})
 
 
 async def test_the_board_cli_drives_a_real_hub(hubs, admin_conn):

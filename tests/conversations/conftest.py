@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import asyncpg
 import httpx
@@ -86,18 +85,10 @@ async def served(db_dsn: str, settings_for) -> AsyncIterator[Served]:
 
 
 @pytest.fixture
-def hub_process(db_dsn: str, tmp_path: Path) -> Iterator[callable]:
+def hub_process(hub_processes) -> Callable[[], HubProcess]:
     """Start ``mycelium up`` processes on this test's database (stopped at the end)."""
-    started: list[HubProcess] = []
 
     def start() -> HubProcess:
-        p = HubProcess(data_dir=tmp_path / f"hub{len(started)}", database_url=db_dsn, extra=["--no-mirror"],
-                       env={"MYCELIUM_MIGRATE_ON_START": "false"})
-        started.append(p)
-        p.wait_ready()
-        return p
+        return hub_processes(extra=["--no-mirror"], env={"MYCELIUM_MIGRATE_ON_START": "false"})
 
-    yield start
-    for p in started:
-        with contextlib.suppress(Exception):
-            p.stop()
+    return start

@@ -12,19 +12,13 @@ import pytest
 
 from tests.engines.conftest import closed_run, eventually
 from tests.engines.test_flows import by_step
+from tests.support.cli import mycelium
 
 pytestmark = pytest.mark.slow
 
 
 def cli(hub, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MYCELIUM_API_URL": hub.url, "MYCELIUM_ROOM": "atlas", "MYCELIUM_HANDLE": "julia"}
-    return subprocess.run(
-        [sys.executable, "-m", "mycelium.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    return mycelium(*args, url=hub.url, env={"MYCELIUM_ROOM": "atlas", "MYCELIUM_HANDLE": "julia"})
 
 
 async def test_a_person_coordinates_a_task_from_the_cli_and_reads_the_episode(

@@ -3,30 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.support.processes import HubProcess
+from tests.support.cli import mycelium
 
 
 @pytest.fixture
-def hub_url(db_dsn, tmp_path):
-    hub = HubProcess(data_dir=tmp_path / "data", database_url=db_dsn)
-    hub.wait_ready()
-    yield hub.url
-    hub.stop()
+def hub_url(hub_processes):
+    return hub_processes(extra=()).url  # the mirror on
 
 
 def cli(url, *args, ok=True, stdin=None):
-    env = {**os.environ, "MYCELIUM_API_URL": url, "MYCELIUM_HANDLE": "ana"}
-    out = subprocess.run([sys.executable, "-m", "mycelium.cli.main", *args], capture_output=True, text=True,
-                         env=env, input=stdin, timeout=60)
-    if ok:
-        assert out.returncode == 0, out.stderr
-    return out
+    return mycelium(*args, url=url, env={"MYCELIUM_HANDLE": "ana"}, ok=True if ok else None, stdin=stdin)
 
 
 def test_rooms_and_memories_from_the_command_line(hub_url, tmp_path):

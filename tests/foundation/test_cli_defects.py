@@ -11,37 +11,24 @@ import sys
 import httpx
 import pytest
 
-from tests.support.processes import HubProcess
-
-
-@pytest.fixture(scope="module")
-def hub_url(pg_server, tmp_path_factory):
-    name = asyncio.run(pg_server.create_database())
-    hub = HubProcess(data_dir=tmp_path_factory.mktemp("defects") / "data", database_url=pg_server.dsn(name),
-                     extra=["--no-mirror"])
-    try:
-        hub.wait_ready()
-        yield hub.url
-    finally:
-        hub.stop()
-        asyncio.run(pg_server.drop_database(name))
+from tests.support.cli import mycelium
 
 
 @pytest.fixture
-def room(hub_url, request):
+def hub_url(shared_hub):
+    """The session's shared hub (tests/support/hubs.py): each test keeps to a room of its own."""
+    return shared_hub.url
+
+
+@pytest.fixture
+def room(shared_room):
     """A fresh room of this test's own."""
-    name = "r-" + request.node.name.replace("_", "-")[5:60]
-    assert httpx.post(hub_url + "/api/rooms", json={"name": name}).status_code == 201
-    return name
+    return shared_room
 
 
 def cli(url, *args, ok=True, stdin=None, env=None, timeout=60):
-    full_env = {**os.environ, "MYCELIUM_API_URL": url, "MYCELIUM_HANDLE": "ana", **(env or {})}
-    out = subprocess.run([sys.executable, "-m", "mycelium.cli.main", *args], capture_output=True, text=True,
-                         env=full_env, input="" if stdin is None else stdin, timeout=timeout)
-    if ok:
-        assert out.returncode == 0, out.stderr
-    return out
+    return mycelium(*args, url=url, env={"MYCELIUM_HANDLE": "ana", **(env or {})}, ok=True if ok else None,
+                    stdin="" if stdin is None else stdin, timeout=timeout)
 
 
 def no_traceback(out: subprocess.CompletedProcess) -> None:
@@ -76,7 +63,11 @@ def test_ctrl_c_during_await_exits_130_without_a_traceback(hub_url, room):
     proc = subprocess.Popen([sys.executable, "-m", "mycelium.cli.main", "await", "-r", room, "--handle", "bo",
                              "--timeout", "30"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    time.sleep(2.0)  # in the long poll
+    deadline = time.monotonic() + 30  # until the hub holds its long poll (its presence shows it)
+    while "bo" not in httpx.get(f"{hub_url}/api/rooms/{room}/sessions/members").text:
+        assert time.monotonic() < deadline and proc.poll() is None, "await never reached the hub"
+        time.sleep(0.05)
+    time.sleep(0.2)  # the poll itself, past its presence touch
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 130 and "Traceback" not in err and err.strip() == ""

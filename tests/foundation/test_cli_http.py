@@ -12,9 +12,7 @@ import select
 import socket
 import ssl
 import subprocess
-import sys
 import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
@@ -24,6 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.support.cli import mycelium
 from tests.support.processes import HubProcess
 
 pytestmark = pytest.mark.slow
@@ -32,8 +31,7 @@ PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
 def cli(url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_VARIABLES}
-    return subprocess.run([sys.executable, "-m", "mycelium.cli.main", *args], capture_output=True, text=True,
-                          timeout=60, env={**base, "MYCELIUM_API_URL": url, "MYCELIUM_HANDLE": "ana", **env})
+    return mycelium(*args, url=url, base=base, env={"MYCELIUM_HANDLE": "ana", **env})
 
 
 class Forwarder(BaseHTTPRequestHandler):
@@ -100,11 +98,8 @@ def serve(upstream: tuple[str, int] | None, tls: ssl.SSLContext | None = None):
 
 
 @pytest.fixture
-def hub(db_dsn, tmp_path) -> Iterator[HubProcess]:
-    hub = HubProcess(data_dir=tmp_path / "data", database_url=db_dsn, extra=["--no-mirror"])
-    hub.wait_ready()
-    yield hub
-    hub.stop()
+def hub(hub_processes) -> HubProcess:
+    return hub_processes()
 
 
 @pytest.fixture

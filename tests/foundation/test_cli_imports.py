@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from mycelium.cli.main import COMMANDS, build_parser
-from tests.support.processes import HubProcess
+from tests.support.hubs import hub_on_a_new_database
 
 pytestmark = pytest.mark.slow
 
@@ -53,13 +53,13 @@ def heavy(modules: set[str], roots: set[str]) -> set[str]:
     return found
 
 
-@pytest.fixture
-def hub_url(db_dsn, tmp_path):
-    hub = HubProcess(data_dir=tmp_path / "data", database_url=db_dsn, extra=["--no-mirror"])
-    hub.wait_ready()
-    assert httpx.post(hub.url + "/api/rooms", json={"name": "atlas"}).status_code == 201
-    yield hub.url
-    hub.stop()
+@pytest.fixture(scope="module")
+def hub_url(pg_server, tmp_path_factory):
+    """One hub for the module, on a database of its own with room ``atlas`` (what each verb reads or
+    writes there does not matter here: only what the CLI process loads)."""
+    with hub_on_a_new_database(pg_server, tmp_path_factory.mktemp("imports")) as hub:
+        assert httpx.post(hub.url + "/api/rooms", json={"name": "atlas"}).status_code == 201
+        yield hub.url
 
 
 def test_help_await_and_respond_load_the_standard_library_and_the_cli_only(hub_url, tmp_path):

@@ -119,6 +119,9 @@ async def test_replicas_starting_together_on_stale_code_apply_it_once(db_dsn):
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> ALL ($1)",
                 [conn.get_server_pid(), lock.get_server_pid()])
 
+        # this backend's own update counts before the starts: flushed now, not whenever it idles
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+        await conn.execute("SELECT 1")
         before = await writes()
         # both replicas find the code stale, then queue for the install lock the test holds
         await lock.execute("SELECT pg_advisory_lock($1)", schema.INSTALL_LOCK)

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.foundation.test_wheel import wheel  # noqa: F401 - the built wheel (fixture)
-
 PAGES = ("/schema", "/schema/redoc", "/schema/swagger", "/schema/elements")
 ATTRIBUTE = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']""")
 URL = re.compile(r"""(?:https?:)?//[A-Za-z0-9.-]+""")
@@ -44,7 +42,7 @@ async def test_the_openapi_document_is_still_served(client):
 
 
 @pytest.mark.slow
-def test_the_assets_ship_in_the_wheel(wheel: Path):  # noqa: F811
+def test_the_assets_ship_in_the_wheel(wheel: Path):  # the session fixture (tests/support/wheel.py)
     from mycelium.api.docs import ASSETS
 
     with zipfile.ZipFile(wheel) as z:

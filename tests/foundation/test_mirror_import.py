@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,24 +15,17 @@ import asyncpg
 import httpx
 import pytest
 
+from tests.support.cli import mycelium
 from tests.support.processes import HubProcess
 
 
 @pytest.fixture
-def hub(db_dsn, tmp_path):
-    process = HubProcess(data_dir=tmp_path / "data", database_url=db_dsn)
-    process.wait_ready()
-    yield process
-    process.stop()
+def hub(hub_processes):
+    return hub_processes(extra=())  # the mirror on
 
 
 def cli(url, *args, ok=True):
-    env = {**os.environ, "MYCELIUM_API_URL": url, "MYCELIUM_HANDLE": "ana"}
-    out = subprocess.run([sys.executable, "-m", "mycelium.cli.main", *args], capture_output=True, text=True,
-                         env=env, timeout=120)
-    if ok:
-        assert out.returncode == 0, out.stdout + out.stderr
-    return out
+    return mycelium(*args, url=url, env={"MYCELIUM_HANDLE": "ana"}, ok=True if ok else None, timeout=120)
 
 
 def sql(dsn: str, query: str):
@@ -62,7 +53,7 @@ def seed(hub: HubProcess, room: str, n: int) -> Path:
     items = [{"key": f"notes/n{i}", "value": f"note {i}", "created_by": "bob", "tags": ["t"],
               "meta": {"status": "draft"}} for i in range(n)]
     httpx.post(f"{hub.url}/api/rooms/{room}/memory", json={"items": items}).raise_for_status()
-    folder = hub.log.parent / "data" / "rooms" / room
+    folder = hub.data_dir / "rooms" / room
     deadline = time.monotonic() + 30
     while len(list(folder.rglob("*.md"))) < n:
         assert time.monotonic() < deadline, "the mirror did not write the files"

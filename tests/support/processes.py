@@ -55,6 +55,7 @@ class HubProcess(CliProcess):
                  env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.data_dir = data_dir
         args = ["up", "--port", str(self.port), "--data-dir", str(data_dir), *extra]
         if database_url:
             args += ["--database-url", database_url]

@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.processes import HubProcess
+from tests.support.cli import mycelium
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -36,13 +35,9 @@ async def browser() -> AsyncIterator[object]:
 
 
 @pytest.fixture
-def hub_url(db_dsn: str, tmp_path: Path) -> Iterator[str]:
-    hub = HubProcess(data_dir=tmp_path / "hub", database_url=db_dsn, extra=["--no-mirror"])
-    try:
-        hub.wait_ready()
-        yield hub.url
-    finally:
-        hub.stop()
+def hub_url(hub_processes) -> str:
+    """A `mycelium up` process on this test's database (tests/support/hubs.py)."""
+    return hub_processes().url
 
 
 @pytest.fixture
@@ -51,7 +46,6 @@ def cli(hub_url: str):
 
     def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
-        return subprocess.run([sys.executable, "-m", "mycelium.cli.main", *args], capture_output=True, text=True,
-                              timeout=timeout, env={**env, "MYCELIUM_API_URL": hub_url})
+        return mycelium(*args, url=hub_url, base=env, timeout=timeout)
 
     return run

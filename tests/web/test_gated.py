@@ -4,30 +4,20 @@ the principal's whatever a crafted form names; in a real browser against a gated
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
 import pytest
 from playwright.async_api import expect
 
 from tests.auth.conftest import HUB_SECRET, Provider, bearer, gated, provider  # noqa: F401 (fixtures)
-from tests.support.processes import HubProcess
 from tests.web.test_browser import LIVE, open_page
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def gated_url(db_dsn: str, tmp_path: Path, provider: Provider) -> Iterator[str]:  # noqa: F811
+def gated_url(hub_processes, provider: Provider) -> str:  # noqa: F811
     env = {"MYCELIUM_AUTH": "on", "MYCELIUM_AUTH_ISSUERS": provider.issuers(), "MYCELIUM_AUTH_SECRET": HUB_SECRET}
-    hub = HubProcess(data_dir=tmp_path / "hub", database_url=db_dsn, extra=["--no-mirror", "--no-workers"],
-                     env=env)
-    try:
-        hub.wait_ready()
-        yield hub.url
-    finally:
-        hub.stop()
+    return hub_processes(extra=["--no-mirror", "--no-workers"], env=env).url
 
 
 async def test_a_signed_in_person_writes_as_their_principal_with_no_handle_field(
