@@ -34,7 +34,7 @@ from mycelium.db.pool import setup_connection
 
 WORDS = ["billing", "onboarding", "search", "release", "payroll", "pipeline", "gateway", "budget", "outage",
          "audit", "vendor", "cache", "launch", "freeze", "contract", "review", "owner", "rollout", "metric"]
-LINK_TRIGGERS = ("memories_derive_links_on_insert", "memories_derive_links_on_update")
+LINK_TRIGGERS = ("t80_memories_derive_links_on_insert", "t85_memories_derive_links_on_update")
 
 
 def prose(rng: random.Random, words: int) -> str:

@@ -536,7 +536,7 @@ async def set_receipts(dsn: str, on: bool) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(
-            f"ALTER TABLE mycelium.transitions {'ENABLE' if on else 'DISABLE'} TRIGGER transitions_guard"
+            f"ALTER TABLE mycelium.transitions {'ENABLE' if on else 'DISABLE'} TRIGGER t10_transitions_guard"
         )
     finally:
         await conn.close()

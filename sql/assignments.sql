@@ -67,6 +67,7 @@ CREATE TABLE mycelium.lease_expiries (
 -- never inlined, so every lease read and guard ran it as a function call of its own.)
 CREATE OR REPLACE FUNCTION mycelium.task_lease_end(p_claimed_at timestamptz, p_ttl_minutes integer) RETURNS timestamptz
 LANGUAGE sql STABLE RETURN p_claimed_at + make_interval(mins => p_ttl_minutes);
+COMMENT ON FUNCTION mycelium.task_lease_end IS 'public inlined';
 
 -- A held lease is live until claimed_at + ttl (by the database clock).
 CREATE OR REPLACE FUNCTION mycelium.task_lease_live(a mycelium.assignments) RETURNS boolean LANGUAGE sql STABLE AS $$
@@ -89,10 +90,12 @@ LANGUAGE sql STABLE AS $$
   WHERE d.room = p_room AND d.key = p_key AND mycelium.is_board_key(d.depends_on)
     AND NOT mycelium.row_settled(m.meta, a.state)
 $$;
+COMMENT ON FUNCTION mycelium.row_waits IS 'public inlined';
 
 CREATE OR REPLACE FUNCTION mycelium.waiting_on(p_room text, p_key text) RETURNS text[] LANGUAGE sql STABLE AS $$
   SELECT w.waiting_on FROM mycelium.row_waits(p_room, p_key) w
 $$;
+COMMENT ON FUNCTION mycelium.waiting_on IS 'public inlined';
 
 -- The derived state of a lease row (NULL when never leased): unclaimed, held, expired, released or
 -- resolved.
@@ -104,6 +107,7 @@ CREATE OR REPLACE FUNCTION mycelium.lease_assignment(a mycelium.assignments) RET
     WHEN now() < mycelium.task_lease_end(a.claimed_at, a.ttl_minutes) THEN 'held'
     ELSE 'expired' END
 $$;
+COMMENT ON FUNCTION mycelium.lease_assignment IS 'public inlined';
 
 -- A work/ row's lease as readers see it. `assignment` is the derived state: unclaimed, held,
 -- expired, released or resolved; `freshness` is fresh (< half the ttl spent), stale (< all) or
@@ -132,6 +136,7 @@ RETURNS mycelium.lease_read LANGUAGE sql STABLE AS $$
     CASE WHEN mycelium.lease_assignment(a) = 'expired' THEN 'runtime' ELSE a.note_by END,
     mycelium.waiting_on(m.room, m.key), a.claim_id, coalesce(a.version, 0))::mycelium.lease_read
 $$;
+COMMENT ON FUNCTION mycelium.lease_read IS 'public inlined';
 
 -- The answer of a verb that has just written lease a: lease_read without the clock, which that
 -- write fixed. A claim has just started (claimed_at = now(): held, fresh, no note); a release or a
@@ -236,7 +241,7 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE OR REPLACE TRIGGER assignments_before_write BEFORE INSERT OR UPDATE ON mycelium.assignments
+CREATE OR REPLACE TRIGGER t20_assignments_before_write BEFORE INSERT OR UPDATE ON mycelium.assignments
   FOR EACH ROW EXECUTE FUNCTION mycelium.assignments_before_write();
 
 -- Announce the expiry of lease p (a held lease whose time is up) unless it was announced already.
@@ -323,7 +328,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER assignments_after_write AFTER INSERT OR UPDATE ON mycelium.assignments
+CREATE OR REPLACE TRIGGER t70_assignments_after_write AFTER INSERT OR UPDATE ON mycelium.assignments
   FOR EACH ROW EXECUTE FUNCTION mycelium.assignments_after_write();
 
 CREATE OR REPLACE FUNCTION mycelium.assignments_raise_unblocked() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -345,7 +350,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER assignments_settled AFTER INSERT OR UPDATE ON mycelium.assignments
+CREATE OR REPLACE TRIGGER t90_assignments_settled AFTER INSERT OR UPDATE ON mycelium.assignments
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.assignments_raise_unblocked();
 
 CREATE OR REPLACE FUNCTION mycelium.assignments_before_delete() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -358,7 +363,7 @@ BEGIN
   RETURN OLD;
 END
 $$;
-CREATE OR REPLACE TRIGGER assignments_before_delete BEFORE DELETE ON mycelium.assignments
+CREATE OR REPLACE TRIGGER t10_assignments_before_delete BEFORE DELETE ON mycelium.assignments
   FOR EACH ROW EXECUTE FUNCTION mycelium.assignments_before_delete();
 
 -- ---------------------------------------------------------------------------------------------
@@ -394,6 +399,7 @@ BEGIN
   RETURN mycelium.lease_read(m, a);
 END
 $$;
+COMMENT ON FUNCTION mycelium.read_assignment IS 'public read';
 
 -- The verbs below each read their row once, through task_row_of (only the columns a lease read and
 -- a notice name, so a stored vector is never fetched; whether the row depends on anything, so a row
@@ -425,7 +431,7 @@ CREATE OR REPLACE FUNCTION mycelium.claim_task(p_room text, p_key text, p_handle
 RETURNS mycelium.lease_read LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  h text := mycelium.board_require_handle(mycelium.author(p_handle));
+  h text := mycelium.require_handle(mycelium.author(p_handle));
   m mycelium.memories;
   a mycelium.assignments;
   depends boolean;
@@ -464,6 +470,7 @@ BEGIN
   RETURN mycelium.lease_written(m, a, waits);
 END
 $$;
+COMMENT ON FUNCTION mycelium.claim_task IS 'public write';
 
 -- Release: the row is free again, with a note (default 'released') and who left it. A settled row
 -- (resolved, dismissed: its status or its lease) is not re-opened (409 already_resolved); a live
@@ -475,7 +482,7 @@ CREATE OR REPLACE FUNCTION mycelium.release_task(p_room text, p_key text, p_hand
 RETURNS mycelium.lease_read LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  h text := mycelium.board_require_handle(mycelium.author(p_handle));
+  h text := mycelium.require_handle(mycelium.author(p_handle));
   m mycelium.memories;
   a mycelium.assignments;
   depends boolean;
@@ -520,6 +527,7 @@ BEGIN
   RETURN mycelium.lease_written(m, a, waits);
 END
 $$;
+COMMENT ON FUNCTION mycelium.release_task IS 'public write';
 
 -- Resolve: the work is done. Dependents that now wait on nothing get their `unblocked` notice in
 -- this same transaction (trigger). A row something depends on is locked FOR NO KEY UPDATE before its
@@ -532,7 +540,7 @@ CREATE OR REPLACE FUNCTION mycelium.resolve_task(p_room text, p_key text, p_hand
 RETURNS mycelium.lease_read LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  h text := mycelium.board_require_handle(mycelium.author(p_handle));
+  h text := mycelium.require_handle(mycelium.author(p_handle));
   m mycelium.memories;
   a mycelium.assignments;
   depends boolean;
@@ -573,12 +581,13 @@ BEGIN
   RETURN mycelium.lease_written(m, a, waits);
 END
 $$;
+COMMENT ON FUNCTION mycelium.resolve_task IS 'public write';
 
 -- Renew: refresh every lease p_handle holds in the room that is past half its time and still
 -- live. Fresh leases are left alone (no write); expired ones are not brought back. No notices.
 CREATE OR REPLACE FUNCTION mycelium.renew_tasks(p_room text, p_handle text)
 RETURNS TABLE (key text, claimed_at timestamptz, ttl_minutes integer) LANGUAGE plpgsql AS $$
-DECLARE h text := mycelium.board_require_handle(mycelium.author(p_handle));
+DECLARE h text := mycelium.require_handle(mycelium.author(p_handle));
 BEGIN
   PERFORM mycelium.require_room(p_room);
   PERFORM set_config('mycelium.actor', h, true);
@@ -590,6 +599,7 @@ BEGIN
   RETURNING a.key::text, a.claimed_at, a.ttl_minutes::integer;
 END
 $$;
+COMMENT ON FUNCTION mycelium.renew_tasks IS 'public write';
 
 -- ---------------------------------------------------------------------------------------------
 -- The sweeper: announce each lease that has run out, once. One sweeper at a time across replicas
@@ -620,6 +630,7 @@ BEGIN
   END LOOP;
 END
 $$;
+COMMENT ON FUNCTION mycelium.sweep_expired_leases IS 'public write';
 
 -- Seconds until the next held lease runs out (NULL when none is held), so a sweeper sleeps
 -- exactly as long as it may.
@@ -631,3 +642,4 @@ CREATE OR REPLACE FUNCTION mycelium.next_lease_expiry() RETURNS double precision
   WHERE a.state = 'held'
     AND NOT EXISTS (SELECT 1 FROM mycelium.lease_expiries e WHERE e.claim_id = a.claim_id)
 $$;
+COMMENT ON FUNCTION mycelium.next_lease_expiry IS 'public read';

@@ -36,6 +36,7 @@ LANGUAGE sql IMMUTABLE AS $$
                    coalesce(e.principal_role, ''), coalesce(e.room, ''), coalesce(e.target, ''),
                    e.detail::text)
 $$;
+COMMENT ON FUNCTION mycelium.audit_preimage IS 'public inlined';
 
 -- Append one entry (the chain is one line: appends take turns on a transaction lock).
 CREATE OR REPLACE FUNCTION mycelium.audit(p_action text, p_room text, p_target text, p_detail jsonb)
@@ -78,6 +79,7 @@ RETURNS TABLE (id bigint, problem text) LANGUAGE sql STABLE AS $$
                                         || mycelium.audit_preimage(c.a), 'UTF8'))
   ORDER BY 1
 $$;
+COMMENT ON FUNCTION mycelium.verify_audit_chain IS 'public read';
 
 CREATE OR REPLACE FUNCTION mycelium.audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -86,9 +88,9 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE TRIGGER audit_append_only BEFORE UPDATE OR DELETE ON mycelium.audit_log
+CREATE OR REPLACE TRIGGER t10_audit_append_only BEFORE UPDATE OR DELETE ON mycelium.audit_log
 FOR EACH ROW EXECUTE FUNCTION mycelium.audit_append_only();
-CREATE OR REPLACE TRIGGER audit_no_truncate BEFORE TRUNCATE ON mycelium.audit_log
+CREATE OR REPLACE TRIGGER t05_audit_no_truncate BEFORE TRUNCATE ON mycelium.audit_log
 FOR EACH STATEMENT EXECUTE FUNCTION mycelium.audit_append_only();
 
 -- What the privileged actions change, recorded.
@@ -99,7 +101,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER audit_room_deleted AFTER DELETE ON mycelium.rooms
+CREATE OR REPLACE TRIGGER t70_audit_room_deleted AFTER DELETE ON mycelium.rooms
 FOR EACH ROW EXECUTE FUNCTION mycelium.audit_room_deleted();
 
 CREATE OR REPLACE FUNCTION mycelium.audit_setting_written() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -114,7 +116,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER audit_setting_written AFTER INSERT OR UPDATE OR DELETE ON mycelium.config
+CREATE OR REPLACE TRIGGER t70_audit_setting_written AFTER INSERT OR UPDATE OR DELETE ON mycelium.config
 FOR EACH ROW EXECUTE FUNCTION mycelium.audit_setting_written();
 
 CREATE OR REPLACE FUNCTION mycelium.audit_transition_operator() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -133,7 +135,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER audit_transition_operator AFTER UPDATE ON mycelium.transitions
+CREATE OR REPLACE TRIGGER t70_audit_transition_operator AFTER UPDATE ON mycelium.transitions
 FOR EACH ROW WHEN (NEW.operator_resolution IS DISTINCT FROM OLD.operator_resolution
                    OR NEW.worker_dead_asserted_at IS DISTINCT FROM OLD.worker_dead_asserted_at)
 EXECUTE FUNCTION mycelium.audit_transition_operator();
@@ -149,7 +151,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER audit_receipt_key AFTER INSERT OR UPDATE ON mycelium.receipt_keys
+CREATE OR REPLACE TRIGGER t70_audit_receipt_key AFTER INSERT OR UPDATE ON mycelium.receipt_keys
 FOR EACH ROW EXECUTE FUNCTION mycelium.audit_receipt_key();
 
 -- A forced release, as the board's released notice records it (assignments_after_write decides).
@@ -161,7 +163,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER audit_forced_release AFTER INSERT ON mycelium.messages
+CREATE OR REPLACE TRIGGER t70_audit_forced_release AFTER INSERT ON mycelium.messages
 FOR EACH ROW WHEN (NEW.payload_type = 'notice' AND NEW.payload ->> 'subkind' = 'released'
                    AND NEW.payload ->> 'forced' = 'true')
 EXECUTE FUNCTION mycelium.audit_forced_release();

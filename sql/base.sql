@@ -4,6 +4,18 @@
 -- (MY404 not found, MY409 conflict, MY422 unprocessable, ...). MESSAGE is the sentence a person
 -- reads; DETAIL is a JSON object {"error": <stable code>, ...extra fields}. psql shows both; the hub
 -- turns them into {"error", "message", ...} bodies with that status.
+--
+-- A verb is public where it is defined: COMMENT ON FUNCTION … IS 'public write|read|inlined[: …]'
+-- right after its CREATE (mycelium.public_verbs() lists them; grants.sql grants from that list).
+--
+-- Triggers of one table, timing and level fire in name order, so each is named tNN_<what> and the
+-- number states its place (tests/foundation/test_triggers.py holds every trigger to its band):
+--   t01-t09  BEFORE … FOR EACH STATEMENT (TRUNCATE refusals, hand writes to derived tables)
+--   t10-t49  BEFORE … FOR EACH ROW, ahead of the token gate (checks of the row itself)
+--   t50      t50_guard_room_write, the token gate's room check (privacy.sql), on every room table
+--   t51-t69  BEFORE … FOR EACH ROW, after the gate (admission, derived columns, positions)
+--   t70-t89  AFTER … FOR EACH ROW (consequences in the same transaction: notices, links, audit)
+--   t90-t99  AFTER … FOR EACH STATEMENT (consequences of the whole statement)
 
 CREATE SCHEMA IF NOT EXISTS mycelium;
 
@@ -43,6 +55,7 @@ LANGUAGE sql STABLE AS $$
   WHERE name = p_name AND room IN (coalesce(p_room, ''), '')
   ORDER BY room DESC LIMIT 1
 $$;
+COMMENT ON FUNCTION mycelium.config_value IS 'public inlined';
 
 CREATE OR REPLACE FUNCTION mycelium.set_config(p_name text, p_value jsonb, p_room text DEFAULT '', p_by text DEFAULT NULL)
 RETURNS mycelium.config LANGUAGE plpgsql AS $$
@@ -77,6 +90,7 @@ $$;
 CREATE OR REPLACE FUNCTION mycelium.actor_kinds() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
   SELECT ARRAY['person', 'agent', 'engine', 'operator']
 $$;
+COMMENT ON FUNCTION mycelium.actor_kinds IS 'public read';
 
 -- Declare the actor (a NULL or blank handle declares nobody) and, with p_defer_wakes, keep the wake
 -- hints for the caller (mycelium.defer_wakes). Returns p_passthrough unchanged, so a call can wrap
@@ -108,12 +122,14 @@ BEGIN
   RETURN p_passthrough;
 END
 $$;
+COMMENT ON FUNCTION mycelium.acting IS 'public write';
 
 -- The declared actor's handle, or NULL when nobody is declared.
 CREATE OR REPLACE FUNCTION mycelium.declared_actor() RETURNS text LANGUAGE sql STABLE AS $$
   SELECT CASE WHEN coalesce(current_setting('mycelium.actor_kind', true), '') <> ''
               THEN nullif(current_setting('mycelium.actor', true), '') END
 $$;
+COMMENT ON FUNCTION mycelium.declared_actor IS 'public read';
 
 -- The declared actor, when p_given (an author field spelled otherwise) is the same handle; else 403
 -- actor_mismatch naming both. (PL/pgSQL, called only when the two strings differ.)
@@ -219,6 +235,7 @@ BEGIN
   RETURN false;
 END
 $$;
+COMMENT ON FUNCTION mycelium.operator_only IS 'public read';
 
 -- For a read that found nothing: 404 room_not_found when p_room does not exist, else the refusal
 -- given (404 memory_not_found, …). Never returns; typed boolean so a query can name it in a CASE.
@@ -230,11 +247,13 @@ BEGIN
   RETURN false;
 END
 $$;
+COMMENT ON FUNCTION mycelium.refuse_missing IS 'public read';
 
 -- ---------------------------------------------------------------------------------------------
--- The public API: the functions mycelium_app may call (sql/grants.sql grants EXECUTE on these and
--- revokes it on every other function in the schema: post_notice, set_config, wake_hint, the
--- triggers and every other helper are internal). One row per function name (all its signatures):
+-- The public API: the functions mycelium_app may call. Each is marked beside its definition by a
+-- comment that starts `public <kind>` (`\df+ mycelium.*` shows it; one function per name, no
+-- overloads); sql/grants.sql grants EXECUTE on these and revokes it on every other function in the
+-- schema (post_notice, set_config, wake_hint, the triggers and every other helper are internal).
 --   write    a verb that changes state; it runs with its owner's rights (SECURITY DEFINER);
 --   read     a read a caller names; a PL/pgSQL one runs with its owner's rights too, so what it
 --            calls stays internal;
@@ -244,82 +263,11 @@ $$;
 --            public read or a view names is internal).
 -- Operators act as mycelium_admin, the owner, and may call everything.
 CREATE OR REPLACE FUNCTION mycelium.public_verbs() RETURNS TABLE (name text, kind text)
-LANGUAGE sql IMMUTABLE AS $$
-  SELECT v.name, v.kind FROM (VALUES
-    -- who acts, and the wake hints the caller sends itself
-    ('acting', 'write'), ('defer_wakes', 'write'),
-    -- rooms, memories, the markdown mirror, the embedder
-    ('create_room', 'write'), ('update_room', 'write'), ('delete_room', 'write'),
-    ('write_memory', 'write'), ('delete_memory', 'write'), ('set_embedding', 'write'),
-    ('register_follower', 'write'), ('advance_follower', 'write'),
-    ('derive_links', 'write'), ('rebuild_links', 'write'),  -- re-derived from the text: nothing to forge
-    -- the board
-    ('create_task', 'write'), ('claim_task', 'write'), ('release_task', 'write'), ('resolve_task', 'write'),
-    ('renew_tasks', 'write'), ('write_fields', 'write'), ('block_row', 'write'), ('unblock_row', 'write'),
-    ('dismiss_row', 'write'), ('promote_row', 'write'), ('set_dependency_gate', 'write'),
-    ('sweep_expired_leases', 'write'), ('write_setting', 'write'),
-    -- conversations
-    ('post_message', 'write'), ('amend_message', 'write'), ('take_next', 'write'), ('reply', 'write'),
-    ('hold_floor', 'write'), ('release_floor', 'write'), ('freeze_roster', 'write'), ('thaw_roster', 'write'),
-    -- transitions and receipts
-    ('claim_transition', 'write'), ('renew_lease', 'write'), ('advance_boundary', 'write'),
-    ('record_external_operation', 'write'), ('complete', 'write'), ('complete_ack', 'write'), ('fail', 'write'),
-    ('mark_unknown', 'write'), ('mark_blocked', 'write'), ('repair', 'write'),
-    ('apply_reconcile_result', 'write'), ('release', 'write'), ('mark_worker_dead', 'write'),
-    ('register_receipt_key', 'write'), ('retire_receipt_keys', 'write'), ('sign_receipts', 'write'),
-    -- the background loops (sql/workers.sql)
-    ('beat_worker', 'write'), ('stop_worker', 'write'), ('forget_stale_workers', 'write'),
-    ('claim_missing_vectors', 'write'), ('release_vector_claims', 'write'), ('worker_report', 'read'),
-    -- engines (sql/engines.sql)
-    ('create_engine', 'write'), ('claim_engine_summons', 'write'), ('answer_summon', 'write'),
-    ('start_engine_run', 'write'), ('claim_engine_runs', 'write'), ('renew_engine_runs', 'write'),
-    ('release_engine_runs', 'write'), ('engine_step', 'write'), ('run_replies', 'read'),
-    ('summon_failed', 'write'),
-    ('invoke_engine', 'write'), ('coordinate', 'write'), ('engine_kinds', 'read'), ('episode_record', 'read'),
-    ('episode_quality', 'inlined'),
-    -- the task compiler (sql/compiler.sql)
-    ('claim_compile_jobs', 'write'), ('release_compile_jobs', 'write'), ('file_compiled_tasks', 'write'),
-    ('compiled_work', 'read'),
-    -- the synthesizer (sql/synthesis.sql)
-    ('synthesis_input', 'read'),
-    -- negotiations (sql/negotiations.sql)
-    ('start_negotiation', 'write'), ('negotiation_departure', 'read'),
-    -- the wake digest beside an awaited message (sql/digest.sql)
-    ('wake_digest', 'read'),
-    -- the schema's own description (sql/catalogue.sql, /health)
-    ('schema_catalogue', 'read'), ('schema_fingerprint', 'read'),
-    -- reads a caller names
-    ('actor', 'read'), ('declared_actor', 'read'), ('operator_only', 'read'), ('actor_kinds', 'read'), ('public_verbs', 'read'),
-    ('room_known', 'read'), ('room_fold', 'read'), ('refuse_missing', 'read'), ('normalize_handle', 'read'),
-    ('episode_ref', 'read'), ('row_of_episode', 'read'), ('memory_title', 'read'),
-    ('search_memories', 'read'), ('memory_links_of', 'read'), ('link_graph', 'read'),
-    ('link_integrity', 'read'), ('link_drift', 'read'), ('expand_memory', 'read'),
-    ('read_assignment', 'read'), ('read_fields', 'read'), ('dependency_gate_on', 'read'),
-    ('next_lease_expiry', 'read'), ('settings_of', 'read'), ('room_members', 'read'),
-    ('message_type_of', 'read'), ('thread_matches', 'read'), ('unsigned_receipt_batch', 'read'),
-    ('verify_receipt_chain', 'read'),
-    -- private rooms (sql/privacy.sql): what the policies call as the app role
-    ('principal', 'read'), ('rooms_open', 'read'), ('hidden_rooms', 'read'), ('room_visible', 'read'),
-    ('administrator_session', 'read'), ('private_rooms_closed', 'read'), ('room_admits', 'inlined'),
-    -- join codes and the hub's member-token keys (sql/joins.sql)
-    ('mint_join_code', 'write'), ('redeem_join_code', 'write'), ('ensure_hub_key', 'write'),
-    ('rotate_hub_key', 'write'),
-    -- the audit trail (sql/audit.sql)
-    ('verify_audit_chain', 'read'), ('audit_preimage', 'inlined'),
-    -- named by the public SQL reads and the views above
-    ('board_namespaces', 'inlined'), ('config_value', 'inlined'), ('episode_short_id', 'inlined'),
-    ('episode_urn', 'inlined'), ('is_assignable_key', 'inlined'), ('is_board_key', 'inlined'),
-    ('is_expandable', 'inlined'), ('lease_assignment', 'inlined'), ('lease_read', 'inlined'),
-    ('link_code_mask', 'inlined'), ('link_key', 'inlined'), ('link_pattern', 'inlined'),
-    ('link_ref', 'inlined'), ('link_relations', 'inlined'), ('link_slug', 'inlined'),
-    ('live_episode', 'inlined'), ('masked_outline', 'inlined'), ('memory_body_title', 'inlined'),
-    ('memory_outline', 'inlined'), ('mentions_in', 'inlined'), ('message_document', 'inlined'),
-    ('message_has', 'inlined'), ('named_handles', 'inlined'), ('parse_links', 'inlined'),
-    ('parse_masked_links', 'inlined'), ('receipt_hash', 'inlined'), ('receipt_preimage', 'inlined'),
-    ('receipt_preimage_after_seq', 'inlined'), ('receipt_preimage_before_seq', 'inlined'),
-    ('receipt_seq_field', 'inlined'), ('receipt_ts', 'inlined'), ('row_settled', 'inlined'), ('row_waits', 'inlined'),
-    ('run_leaves_episode', 'inlined'),
-    ('settled_statuses', 'inlined'), ('stance_of', 'inlined'), ('stored_without_document', 'inlined'),
-    ('task_lease_end', 'inlined'), ('waiting_on', 'inlined')
-  ) AS v (name, kind)
+LANGUAGE sql STABLE AS $$
+  SELECT p.proname::text, substring(d.description FROM '^public (write|read|inlined)(?::|$)')
+  FROM pg_proc p
+  JOIN pg_description d ON d.objoid = p.oid AND d.classoid = 'pg_proc'::regclass AND d.objsubid = 0
+  WHERE p.pronamespace = 'mycelium'::regnamespace AND d.description ~ '^public (write|read|inlined)(:|$)'
+  ORDER BY 1
 $$;
+COMMENT ON FUNCTION mycelium.public_verbs IS 'public read';

@@ -19,6 +19,7 @@
 CREATE OR REPLACE FUNCTION mycelium.board_namespaces() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
   SELECT ARRAY['decisions', 'status', 'work', 'failed']
 $$;
+COMMENT ON FUNCTION mycelium.board_namespaces IS 'public inlined';
 
 CREATE OR REPLACE FUNCTION mycelium.board_statuses() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
   SELECT ARRAY['open', 'in_review', 'resolved', 'dismissed']
@@ -35,6 +36,7 @@ $$;
 CREATE OR REPLACE FUNCTION mycelium.settled_statuses() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
   SELECT ARRAY['resolved', 'dismissed']
 $$;
+COMMENT ON FUNCTION mycelium.settled_statuses IS 'public inlined';
 
 -- The lease's own fields: never written as frontmatter, refused by /fields.
 CREATE OR REPLACE FUNCTION mycelium.reserved_lease_fields() RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
@@ -44,11 +46,13 @@ $$;
 CREATE OR REPLACE FUNCTION mycelium.is_board_key(p_key text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
   SELECT p_key LIKE '%/%' AND split_part(p_key, '/', 1) = ANY (mycelium.board_namespaces())
 $$;
+COMMENT ON FUNCTION mycelium.is_board_key IS 'public inlined';
 
 -- (A SQL-standard body: queries that name it inline it, and a stored body is read back instead of
 -- being parsed again.)
 CREATE OR REPLACE FUNCTION mycelium.is_assignable_key(p_key text) RETURNS boolean LANGUAGE sql IMMUTABLE
 RETURN p_key LIKE 'work/_%';
+COMMENT ON FUNCTION mycelium.is_assignable_key IS 'public inlined';
 
 -- Everything the database believes about the board's closed sets, for the contract test.
 CREATE OR REPLACE FUNCTION mycelium.board_vocabulary() RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
@@ -65,53 +69,7 @@ CREATE OR REPLACE FUNCTION mycelium.board_vocabulary() RETURNS jsonb LANGUAGE sq
 $$;
 
 -- ---------------------------------------------------------------------------------------------
--- Handles, titles, slugs.
-
--- The one handle normalisation (service/mycelium/core/handles.py, contracts/mentions.json): trim
--- ASCII whitespace, drop leading '@', drop a '#session' suffix, trim again, lowercase A-Z only.
-CREATE OR REPLACE FUNCTION mycelium.board_handle(p_handle text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
-  SELECT translate(
-    btrim(split_part(ltrim(btrim(p_handle, E' \t\n\r\f' || chr(11)), '@'), '#', 1), E' \t\n\r\f' || chr(11)),
-    'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
-$$;
-
-CREATE OR REPLACE FUNCTION mycelium.board_handle_problem(p_handle text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE h text := mycelium.board_handle(p_handle);
-BEGIN
-  RETURN CASE
-    WHEN h IS NULL OR h = '' THEN 'blank'
-    WHEN length(h) > 64 THEN 'too_long'
-    WHEN h !~ '^[a-z0-9]' THEN 'bad_start'
-    WHEN h !~ '^[a-z0-9_-]*$' THEN 'bad_character'
-  END;
-END
-$$;
-
--- A valid normalised handle, or a 422 naming what is wrong with it.
--- (Every verb calls it: a valid handle costs one normalisation and one match; only a bad one is
--- examined further.)
-CREATE OR REPLACE FUNCTION mycelium.board_require_handle(p_handle text, p_what text DEFAULT 'handle') RETURNS text
-LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-  h text := mycelium.board_handle(p_handle);
-  problem text;
-BEGIN
-  IF h ~ '^[a-z0-9][a-z0-9_-]{0,63}$' THEN
-    RETURN h;
-  END IF;
-  problem := mycelium.board_handle_problem(p_handle);
-  IF problem IS NOT NULL THEN
-    PERFORM mycelium.refuse(422, 'invalid_handle',
-      format('%s %L is not a handle: %s', p_what, coalesce(p_handle, ''), CASE problem
-        WHEN 'blank' THEN 'a handle must not be blank'
-        WHEN 'too_long' THEN 'a handle has at most 64 characters'
-        WHEN 'bad_start' THEN 'a handle must start with a letter a-z or a digit'
-        ELSE 'a handle may contain only a-z, 0-9, ''_'' and ''-''' END),
-      jsonb_build_object('field', p_what, 'problem', problem));
-  END IF;
-  RETURN h;
-END
-$$;
+-- Titles and slugs (a handle is checked by require_handle, handles.sql).
 
 -- A row's title: frontmatter `title`, else the first non-empty body line without leading '#'.
 -- (The body's line, when there is no frontmatter title, in PL/pgSQL: a loop over the lines that stops
@@ -130,11 +88,13 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION mycelium.memory_body_title IS 'public inlined';
 
 CREATE OR REPLACE FUNCTION mycelium.memory_title(p_value jsonb, p_meta jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
   SELECT coalesce(nullif(btrim(p_meta ->> 'title'), ''), mycelium.memory_body_title(p_value ->> 'text'))
 $$;
+COMMENT ON FUNCTION mycelium.memory_title IS 'public read';
 
 -- The key slug of a task title: lowercased, runs of anything but a-z0-9 become '-', trimmed,
 -- at most 48 characters, 'task' when nothing is left. Deterministic: the same title lands on the
@@ -182,6 +142,7 @@ RETURNS TABLE (key text, title text, board boolean) LANGUAGE sql STABLE AS $$
     AND m.episode = CASE WHEN p_episode LIKE '%:%' THEN p_episode
                          ELSE mycelium.episode_urn(p_room, p_episode) END
 $$;
+COMMENT ON FUNCTION mycelium.row_of_episode IS 'public read';
 
 -- ---------------------------------------------------------------------------------------------
 -- Dependencies: `depends-on` edges come from the links table (parsed from frontmatter by the
@@ -200,6 +161,7 @@ LANGUAGE sql IMMUTABLE AS $$
   SELECT coalesce(p_meta ->> 'status' = ANY (mycelium.settled_statuses()), false)
       OR coalesce(p_lease_state = 'resolved', false)
 $$;
+COMMENT ON FUNCTION mycelium.row_settled IS 'public inlined';
 
 -- Refuse a depends-on edge that closes a cycle between board rows. Edges are checked one room at
 -- a time under a transaction advisory lock, so two writers cannot each add half of a cycle.
@@ -248,7 +210,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER memory_links_no_dependency_cycle AFTER INSERT ON mycelium.memory_links
+CREATE OR REPLACE TRIGGER t70_memory_links_no_dependency_cycle AFTER INSERT ON mycelium.memory_links
   FOR EACH ROW WHEN (NEW.kind = 'relation' AND NEW.relation = 'depends-on')
   EXECUTE FUNCTION mycelium.memory_links_no_dependency_cycle();
 
@@ -305,7 +267,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER board_rows_filed AFTER INSERT ON mycelium.memories
+CREATE OR REPLACE TRIGGER t90_board_rows_filed AFTER INSERT ON mycelium.memories
   REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mycelium.board_rows_filed();
 
 CREATE OR REPLACE FUNCTION mycelium.board_rows_moved() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -344,7 +306,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER board_rows_moved AFTER UPDATE ON mycelium.memories
+CREATE OR REPLACE TRIGGER t95_board_rows_moved AFTER UPDATE ON mycelium.memories
   REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT
   EXECUTE FUNCTION mycelium.board_rows_moved();
 
@@ -366,7 +328,7 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE OR REPLACE TRIGGER board_rows_no_lease_fields BEFORE INSERT OR UPDATE OF meta ON mycelium.memories
+CREATE OR REPLACE TRIGGER t10_board_rows_no_lease_fields BEFORE INSERT OR UPDATE OF meta ON mycelium.memories
   FOR EACH ROW WHEN (mycelium.is_board_key(NEW.key))
   EXECUTE FUNCTION mycelium.board_rows_no_lease_fields();
 
@@ -377,6 +339,7 @@ CREATE OR REPLACE TRIGGER board_rows_no_lease_fields BEFORE INSERT OR UPDATE OF 
 CREATE OR REPLACE FUNCTION mycelium.dependency_gate_on(p_room text) RETURNS boolean LANGUAGE sql STABLE AS $$
   SELECT coalesce(mycelium.config_value('board.dependency_gate', p_room) = 'true'::jsonb, false)
 $$;
+COMMENT ON FUNCTION mycelium.dependency_gate_on IS 'public read';
 
 CREATE OR REPLACE FUNCTION mycelium.set_dependency_gate(p_on boolean, p_room text DEFAULT '', p_by text DEFAULT NULL)
 RETURNS boolean LANGUAGE plpgsql AS $$
@@ -390,6 +353,7 @@ BEGIN
   RETURN mycelium.dependency_gate_on(nullif(p_room, ''));
 END
 $$;
+COMMENT ON FUNCTION mycelium.set_dependency_gate IS 'public write';
 
 -- ---------------------------------------------------------------------------------------------
 -- Field writes: frontmatter of one existing memory; a JSON null clears a field; prose, tags and
@@ -450,6 +414,7 @@ BEGIN
                                NULL, NULL, false);
 END
 $$;
+COMMENT ON FUNCTION mycelium.write_fields IS 'public write';
 
 -- The user's fields of a memory: its frontmatter without the lease fields.
 CREATE OR REPLACE FUNCTION mycelium.read_fields(p_room text, p_key text) RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
@@ -464,6 +429,7 @@ BEGIN
   RETURN m.meta - mycelium.reserved_lease_fields();
 END
 $$;
+COMMENT ON FUNCTION mycelium.read_fields IS 'public read';
 
 -- ---------------------------------------------------------------------------------------------
 -- Board verbs over fields (their notices come from the triggers above).
@@ -496,10 +462,11 @@ BEGIN
     PERFORM mycelium.refuse(422, 'missing_blocker', 'say what the row is blocked on (e.g. "#502")',
                             jsonb_build_object('key', p_key));
   END IF;
-  RETURN mycelium.write_fields(p_room, p_key, mycelium.board_require_handle(mycelium.author(p_by)),
+  RETURN mycelium.write_fields(p_room, p_key, mycelium.require_handle(mycelium.author(p_by)),
                                jsonb_build_object('blocked_by', btrim(p_on)));
 END
 $$;
+COMMENT ON FUNCTION mycelium.block_row IS 'public write';
 
 CREATE OR REPLACE FUNCTION mycelium.unblock_row(p_room text, p_key text, p_by text)
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
@@ -509,24 +476,26 @@ BEGIN
     PERFORM mycelium.refuse(409, 'not_blocked', format('%L is not blocked', p_key),
                             jsonb_build_object('key', p_key));
   END IF;
-  RETURN mycelium.write_fields(p_room, p_key, mycelium.board_require_handle(mycelium.author(p_by)),
+  RETURN mycelium.write_fields(p_room, p_key, mycelium.require_handle(mycelium.author(p_by)),
                                '{"blocked_by": null}');
 END
 $$;
+COMMENT ON FUNCTION mycelium.unblock_row IS 'public write';
 
 CREATE OR REPLACE FUNCTION mycelium.dismiss_row(p_room text, p_key text, p_by text)
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM mycelium.require_board_row(p_room, p_key);
-  RETURN mycelium.write_fields(p_room, p_key, mycelium.board_require_handle(mycelium.author(p_by)),
+  RETURN mycelium.write_fields(p_room, p_key, mycelium.require_handle(mycelium.author(p_by)),
                                '{"status": "dismissed"}');
 END
 $$;
+COMMENT ON FUNCTION mycelium.dismiss_row IS 'public write';
 
 -- Promote: the row is owned elsewhere now (an issue, a PR); it is resolved here and says where.
 CREATE OR REPLACE FUNCTION mycelium.promote_row(p_room text, p_key text, p_by text, p_url text DEFAULT NULL)
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
-DECLARE h text := mycelium.board_require_handle(mycelium.author(p_by));
+DECLARE h text := mycelium.require_handle(mycelium.author(p_by));
 BEGIN
   PERFORM mycelium.require_board_row(p_room, p_key);
   RETURN mycelium.write_fields(p_room, p_key, h,
@@ -535,6 +504,7 @@ BEGIN
             ELSE '{}' END);
 END
 $$;
+COMMENT ON FUNCTION mycelium.promote_row IS 'public write';
 
 -- ---------------------------------------------------------------------------------------------
 -- Tasks: file a row in work/ (status open, kind action), optionally for someone and under a parent.
@@ -558,7 +528,7 @@ BEGIN
   IF p_title IS NULL OR btrim(p_title) = '' THEN
     PERFORM mycelium.refuse(422, 'missing_title', 'a task needs a title');
   END IF;
-  by_handle := mycelium.board_require_handle(mycelium.author(p_by));
+  by_handle := mycelium.require_handle(mycelium.author(p_by));
   IF k IS NOT NULL AND NOT mycelium.is_board_key(k) THEN
     PERFORM mycelium.refuse(422, 'not_a_board_row',
       format('%L is not a board row: a task lives in work/ (or decisions/ status/ failed/)', k),
@@ -573,7 +543,7 @@ BEGIN
       jsonb_build_object('room', p_room, 'key', k));
   END IF;
   IF nullif(btrim(p_assignee), '') IS NOT NULL THEN
-    meta := meta || jsonb_build_object('assignee', mycelium.board_require_handle(p_assignee, 'assignee'));
+    meta := meta || jsonb_build_object('assignee', mycelium.require_handle(p_assignee, 'assignee'));
   END IF;
   IF nullif(btrim(p_parent), '') IS NOT NULL THEN
     IF NOT EXISTS (SELECT 1 FROM mycelium.memories WHERE room = p_room AND key = btrim(p_parent)) THEN
@@ -601,3 +571,4 @@ BEGIN
                                by_handle, NULL, meta, NULL, 0);
 END
 $$;
+COMMENT ON FUNCTION mycelium.create_task IS 'public write';

@@ -86,8 +86,8 @@ RETURNS TABLE (kind text, name text, definition text) LANGUAGE sql STABLE AS $$
   SELECT 'schema', n.nspname, coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(n.nspacl) a), '')
   FROM pg_namespace n WHERE n.nspname = 'mycelium'
 $$;
-COMMENT ON FUNCTION mycelium.schema_catalogue() IS
-  'Every behaviour-deciding object of schema mycelium as (kind, name, definition) rows.';
+COMMENT ON FUNCTION mycelium.schema_catalogue IS
+  'public read: Every behaviour-deciding object of schema mycelium as (kind, name, definition) rows.';
 
 CREATE OR REPLACE FUNCTION mycelium.schema_fingerprint() RETURNS text LANGUAGE sql STABLE AS $$
   SELECT encode(sha256(convert_to(
@@ -95,8 +95,8 @@ CREATE OR REPLACE FUNCTION mycelium.schema_fingerprint() RETURNS text LANGUAGE s
            'UTF8')), 'hex')
   FROM mycelium.schema_catalogue()
 $$;
-COMMENT ON FUNCTION mycelium.schema_fingerprint() IS
-  'A digest of mycelium.schema_catalogue(): equal on two databases with the same schema.';
+COMMENT ON FUNCTION mycelium.schema_fingerprint IS
+  'public read: A digest of mycelium.schema_catalogue(): equal on two databases with the same schema.';
 
 -- The code a hub's migration applied last, so a hub that starts on a database whose code is already
 -- this release's applies nothing (re-creating views, triggers and policies takes locks that queue

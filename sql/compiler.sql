@@ -61,10 +61,10 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER engine_runs_compile_inserted AFTER INSERT ON mycelium.engine_runs
+CREATE OR REPLACE TRIGGER t75_engine_runs_compile_inserted AFTER INSERT ON mycelium.engine_runs
   FOR EACH ROW WHEN (NEW.state = 'converged' AND NEW.assignments IS NOT NULL AND NEW.assignments <> '{}')
   EXECUTE FUNCTION mycelium.engine_runs_enqueue_compile();
-CREATE OR REPLACE TRIGGER engine_runs_compile_converged AFTER UPDATE OF state, assignments ON mycelium.engine_runs
+CREATE OR REPLACE TRIGGER t70_engine_runs_compile_converged AFTER UPDATE OF state, assignments ON mycelium.engine_runs
   FOR EACH ROW WHEN (NEW.state = 'converged' AND NEW.assignments IS NOT NULL AND NEW.assignments <> '{}'
                      AND (OLD.state IS DISTINCT FROM 'converged' OR OLD.assignments IS NULL
                           OR OLD.assignments = '{}'))
@@ -90,6 +90,7 @@ BEGIN
   RETURNING j.*;
 END
 $$;
+COMMENT ON FUNCTION mycelium.claim_compile_jobs IS 'public write';
 
 -- Give back p_worker's jobs (it stops): another worker may take them at once.
 CREATE OR REPLACE FUNCTION mycelium.release_compile_jobs(p_worker text) RETURNS integer
@@ -101,6 +102,7 @@ BEGIN
   RETURN n;
 END
 $$;
+COMMENT ON FUNCTION mycelium.release_compile_jobs IS 'public write';
 
 -- File a job's task lines (p_lines: [{text, assignee?}], in order) as work/ rows, as the run's
 -- engine, in one transaction (the rows, the job closed, a word in the thread, the record); p_source
@@ -186,3 +188,4 @@ BEGIN
   RETURN j;
 END
 $$;
+COMMENT ON FUNCTION mycelium.file_compiled_tasks IS 'public write';

@@ -1,8 +1,9 @@
 -- Conversations on the timeline: who a message names and wakes, pings, amendments, the post verb.
 --
 -- Builds on messages.sql (the append-only table with per-room, gapless, commit-ordered positions).
---   * mentions, silent_mentions and wakes are derived from the row itself on insert, so a plain
---     INSERT in psql gets exactly what the hub's verbs get, and nobody can write them by hand;
+--   * mentions, silent_mentions and wakes (columns of messages, messages.sql) are derived from the
+--     row itself on insert, so a plain INSERT in psql gets exactly what the hub's verbs get, and
+--     nobody can write them by hand;
 --   * wakes = the handles this message is a turn for (the await rule of contracts/message-envelope):
 --     an exchange whose payload is not a control signal, addressed to its recipients and its
 --     @-mentions, never to its own sender; an amendment wakes nobody (the original already did);
@@ -41,18 +42,6 @@ $$;
 COMMENT ON FUNCTION mycelium.message_wakes(text,text,text,text,text[],text) IS
   'The handles a message is a turn for: recipients and @-mentions of a non-control exchange, minus its sender.';
 
--- Derived from the row itself, never from the writer: the write gate's BEFORE INSERT trigger
--- (messages_admit, floors.sql) sets all three on every insert, overwriting whatever an INSERT gave,
--- so a plain INSERT in psql gets exactly what the hub's verbs get and nobody can forge a wake (the
--- table is append-only: an insert is the only moment they are set). Not STORED generated columns:
--- those expressions are set up again for every INSERT statement, where the trigger's PL/pgSQL is
--- compiled once per session and parses nothing for a row with no prose and no recipients (a notice,
--- a ping). Rows older than this file are board notices, for which '{}' is exact.
-ALTER TABLE mycelium.messages
-  ADD COLUMN mentions text[] NOT NULL DEFAULT '{}',
-  ADD COLUMN silent_mentions text[] NOT NULL DEFAULT '{}',
-  ADD COLUMN wakes text[] NOT NULL DEFAULT '{}';
-
 -- Who a message was ever for, to anchor a new handle's inbox (inbox_anchor); notices, pings and
 -- messages to nobody are left out, so appending them costs this index nothing.
 CREATE INDEX messages_wakes ON mycelium.messages USING gin (wakes) WHERE cardinality(wakes) > 0;
@@ -81,6 +70,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ELSE mycelium.episode_urn(p_room, btrim(p_ref))
   END
 $$;
+COMMENT ON FUNCTION mycelium.episode_ref IS 'public read';
 
 -- ---------------------------------------------------------------------------------------------
 -- Triggers: the ping, the wake hint and the search document.
@@ -129,7 +119,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER messages_follow_up AFTER INSERT ON mycelium.messages
+CREATE OR REPLACE TRIGGER t80_messages_follow_up AFTER INSERT ON mycelium.messages
   FOR EACH ROW EXECUTE FUNCTION mycelium.messages_follow_up();
 
 -- ---------------------------------------------------------------------------------------------
@@ -182,6 +172,7 @@ BEGIN
   RETURN r;
 END
 $$;
+COMMENT ON FUNCTION mycelium.post_message IS 'public write';
 
 -- Amend a message: a new exchange:amend parented on the original (an amendment of an amendment
 -- amends the original). Only the original sender may amend (the declared actor, else p_by, else the
@@ -225,3 +216,4 @@ BEGIN
   RETURN r;
 END
 $$;
+COMMENT ON FUNCTION mycelium.amend_message IS 'public write';

@@ -88,5 +88,5 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
   )
   FROM msg, me, since
 $$;
-COMMENT ON FUNCTION mycelium.wake_digest(text, text, uuid) IS
-  'What a handle woken by a message needs beside it: why, what changed since its last turn, its tasks, the board, who asked.';
+COMMENT ON FUNCTION mycelium.wake_digest IS
+  'public read: What a handle woken by a message needs beside it: why, what changed since its last turn, its tasks, the board, who asked.';

@@ -100,9 +100,10 @@ $$;
 COMMENT ON FUNCTION mycelium.check_thread_write(text,text,text) IS
   'The thread write gate (404 unknown thread, 403 outside a frozen roster, 409 not admitted by the floor).';
 
--- Named to fire before messages_before_insert (which allocates the position): a refused write
--- never touches the room's position counter. A write into the room's own channel (no episode, '',
--- or the live URN: every notice and ping) is open to everyone.
+-- t55: after the token gate (t50) and before t65_messages_before_insert, which allocates the
+-- position and fills in the episode of a channel write, so a refused write never touches the
+-- room's position counter. A write into the room's own channel (no episode, '', or the live URN:
+-- every notice and ping) is open to everyone.
 -- The same trigger then sets the row's derived columns (conversations.sql), whatever the INSERT
 -- gave: who the text names, loud and silent, and whom the message wakes. (One trigger for both:
 -- each trigger on the table is one more call per insert.) A row with no '@' in its text names
@@ -126,7 +127,7 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE OR REPLACE TRIGGER messages_admit BEFORE INSERT ON mycelium.messages
+CREATE OR REPLACE TRIGGER t55_messages_admit BEFORE INSERT ON mycelium.messages
   FOR EACH ROW EXECUTE FUNCTION mycelium.messages_admit();
 
 -- ---------------------------------------------------------------------------------------------
@@ -152,7 +153,7 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE OR REPLACE TRIGGER floors_before_write BEFORE INSERT OR UPDATE ON mycelium.floors
+CREATE OR REPLACE TRIGGER t10_floors_before_write BEFORE INSERT OR UPDATE ON mycelium.floors
   FOR EACH ROW EXECUTE FUNCTION mycelium.floors_before_write();
 
 CREATE OR REPLACE FUNCTION mycelium.floors_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -180,7 +181,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER floors_after_write AFTER INSERT OR UPDATE OR DELETE ON mycelium.floors
+CREATE OR REPLACE TRIGGER t70_floors_after_write AFTER INSERT OR UPDATE OR DELETE ON mycelium.floors
   FOR EACH ROW EXECUTE FUNCTION mycelium.floors_after_write();
 
 -- ---------------------------------------------------------------------------------------------
@@ -223,6 +224,7 @@ BEGIN
   RETURN r;
 END
 $$;
+COMMENT ON FUNCTION mycelium.hold_floor IS 'public write';
 
 -- Release a thread's floor: true if one was held (and is now gone), false if there was none.
 CREATE OR REPLACE FUNCTION mycelium.release_floor(p_room text, p_episode text, p_by text DEFAULT NULL)
@@ -237,6 +239,7 @@ BEGIN
   RETURN FOUND;
 END
 $$;
+COMMENT ON FUNCTION mycelium.release_floor IS 'public write';
 
 -- Freeze a negotiation's roster in a thread: from now on only p_members (and p_by, who runs it)
 -- may write there. Freezing again replaces the roster.
@@ -264,6 +267,7 @@ BEGIN
   RETURN r;
 END
 $$;
+COMMENT ON FUNCTION mycelium.freeze_roster IS 'public write';
 
 CREATE OR REPLACE FUNCTION mycelium.thaw_roster(p_room text, p_episode text) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -272,3 +276,4 @@ BEGIN
   RETURN FOUND;
 END
 $$;
+COMMENT ON FUNCTION mycelium.thaw_roster IS 'public write';

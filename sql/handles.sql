@@ -17,8 +17,8 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     btrim(split_part(ltrim(btrim(p_raw, E' \t\n\r\f\v'), '@'), '#', 1), E' \t\n\r\f\v'),
     'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
 $$;
-COMMENT ON FUNCTION mycelium.normalize_handle(text) IS
-  'The one spelling of a handle: no @, no #session suffix, no surrounding whitespace, A-Z lowercased.';
+COMMENT ON FUNCTION mycelium.normalize_handle IS
+  'public read: The one spelling of a handle: no @, no #session suffix, no surrounding whitespace, A-Z lowercased.';
 
 -- Is p_handle already in its one spelling? (PL/pgSQL for the CHECKs of hot tables: a CHECK is
 -- prepared again for every statement that writes the table, and a SQL function in it would have its
@@ -89,6 +89,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   WHERE strpos(p_text, '@') > 0  -- most texts name nobody: skip the pattern
   GROUP BY 1, 2
 $$;
+COMMENT ON FUNCTION mycelium.mentions_in IS 'public inlined';
 
 -- The handles a text wakes (its @handle mentions), first-seen order.
 -- (PL/pgSQL, not SQL: the timeline's generated columns call these two, and a PL/pgSQL function is

@@ -57,6 +57,7 @@ BEGIN
   RETURN QUERY SELECT found.room, found.handle, found.expires_at;
 END
 $$;
+COMMENT ON FUNCTION mycelium.mint_join_code IS 'public write';
 
 -- Redeem a code once: the handle becomes a member of the room. Unknown, used and expired codes get
 -- the same answer, so nothing is learnt by guessing.
@@ -78,6 +79,7 @@ BEGIN
   RETURN QUERY SELECT found.room, found.handle;
 END
 $$;
+COMMENT ON FUNCTION mycelium.redeem_join_code IS 'public write';
 
 -- The hub's first key, unless another process registered one first (then that one is answered).
 CREATE OR REPLACE FUNCTION mycelium.ensure_hub_key(p_kid text, p_public_jwk jsonb, p_sealed bytea)
@@ -91,6 +93,7 @@ BEGIN
   RETURN QUERY SELECT * FROM mycelium.hub_keys WHERE retired_at IS NULL ORDER BY created_at DESC LIMIT 1;
 END
 $$;
+COMMENT ON FUNCTION mycelium.ensure_hub_key IS 'public write';
 
 -- A new signing key; every other one retired (tokens they signed verify until they expire).
 CREATE OR REPLACE FUNCTION mycelium.rotate_hub_key(p_kid text, p_public_jwk jsonb, p_sealed bytea)
@@ -104,3 +107,4 @@ BEGIN
   RETURN QUERY SELECT * FROM mycelium.hub_keys WHERE kid = p_kid;
 END
 $$;
+COMMENT ON FUNCTION mycelium.rotate_hub_key IS 'public write';

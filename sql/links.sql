@@ -24,6 +24,7 @@ CREATE OR REPLACE FUNCTION mycelium.link_relations() RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT ARRAY['supersedes', 'superseded-by', 'depends-on', 'part-of', 'relates-to']
 $$;
+COMMENT ON FUNCTION mycelium.link_relations IS 'public inlined';
 
 CREATE TABLE mycelium.memory_links (
   room text NOT NULL,
@@ -96,6 +97,7 @@ BEGIN
     coalesce(coll, ''));
 END
 $slug$;
+COMMENT ON FUNCTION mycelium.link_slug IS 'public inlined';
 
 -- A link target as a memory key: no myc:// scheme, no leading "/" or "./", no trailing ".md" or "/".
 -- (String functions, not regular expressions: this runs for every link of every write.)
@@ -117,6 +119,7 @@ BEGIN
   RETURN k;
 END
 $$;
+COMMENT ON FUNCTION mycelium.link_key IS 'public inlined';
 
 -- The text with every code region blanked (same length, newlines kept) so that links and headings
 -- inside code are not seen, and every position still points into the original text. The blank is
@@ -214,6 +217,7 @@ BEGIN
   RETURN array_to_string(lines, E'\n');
 END
 $$;
+COMMENT ON FUNCTION mycelium.link_code_mask IS 'public inlined';
 
 -- What a link body (the inside of [[...]], a URI, a relation value) points at, or NULL target when
 -- it is not a link: blank, a directive ("[[word: ...]]" - a word, a colon and a space, as in
@@ -259,6 +263,7 @@ BEGIN
   END IF;
 END
 $$;
+COMMENT ON FUNCTION mycelium.link_ref IS 'public inlined';
 
 -- The one pattern for a link in text, tried left to right (leftmost match wins, so a URI inside a
 -- wikilink or a markdown link is part of that one edge):
@@ -271,6 +276,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $re$
       || '|\[[^][\n\u0001]*\]\(myc://[^()[:space:]\u0001]*\)'
       || '|myc://[^][()<>"''`[:space:]\u0001]*'
 $re$;
+COMMENT ON FUNCTION mycelium.link_pattern IS 'public inlined';
 
 -- The links of a text whose code is already blanked (p_masked = link_code_mask(body)): body links
 -- in text order, then frontmatter relations. One regex pass finds the matches; splitting on the same
@@ -324,6 +330,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   FROM links
   ORDER BY part, n1, n2
 $$;
+COMMENT ON FUNCTION mycelium.parse_masked_links IS 'public inlined';
 
 -- Every link a memory makes, in text order: body links first (pos = where raw starts in the body),
 -- then frontmatter relations. Code (fenced or inline) is never parsed.
@@ -333,6 +340,7 @@ RETURNS TABLE (ord integer, target text, kind text, anchor text, label text, rel
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT * FROM mycelium.parse_masked_links(p_room, mycelium.link_code_mask(p_body), p_meta)
 $$;
+COMMENT ON FUNCTION mycelium.parse_links IS 'public inlined';
 
 -- The headings of a text whose code is blanked, in order: line number, level and anchor slug
 -- (the heading's own text, closing #s dropped). A repeated slug gets "-1", "-2", ... as on GitHub;
@@ -367,12 +375,14 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   FROM numbered
   ORDER BY line
 $$;
+COMMENT ON FUNCTION mycelium.masked_outline IS 'public inlined';
 
 CREATE OR REPLACE FUNCTION mycelium.memory_outline(p_body text)
 RETURNS TABLE (line integer, level integer, slug text)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT * FROM mycelium.masked_outline(p_body, mycelium.link_code_mask(p_body))
 $$;
+COMMENT ON FUNCTION mycelium.memory_outline IS 'public inlined';
 
 -- The text under a heading: from the line after it up to the next heading of the same or a higher
 -- level, trimmed. NULL anchor: the whole text, trimmed. NULL when there is no such anchor.
@@ -404,6 +414,7 @@ CREATE OR REPLACE FUNCTION mycelium.is_expandable(p_meta jsonb) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT coalesce(p_meta -> 'expandable' = 'true'::jsonb, false)
 $$;
+COMMENT ON FUNCTION mycelium.is_expandable IS 'public inlined';
 
 -- ---------------------------------------------------------------------------------------------
 -- Derivation: the trigger on memories, and a rebuild for when the parser itself changes.
@@ -433,6 +444,7 @@ BEGIN
   PERFORM set_config('mycelium.deriving_links', '', true);
 END
 $$;
+COMMENT ON FUNCTION mycelium.derive_links IS 'public write';
 
 -- Whether a text may hold a link or a heading at all: most writes are prose, and skip the parser.
 CREATE OR REPLACE FUNCTION mycelium.may_link(p_body text, p_meta jsonb) RETURNS boolean
@@ -460,9 +472,9 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER memories_derive_links_on_insert AFTER INSERT ON mycelium.memories
+CREATE OR REPLACE TRIGGER t80_memories_derive_links_on_insert AFTER INSERT ON mycelium.memories
   FOR EACH ROW EXECUTE FUNCTION mycelium.memories_derive_links();
-CREATE OR REPLACE TRIGGER memories_derive_links_on_update AFTER UPDATE ON mycelium.memories
+CREATE OR REPLACE TRIGGER t85_memories_derive_links_on_update AFTER UPDATE ON mycelium.memories
   FOR EACH ROW WHEN (OLD.value IS DISTINCT FROM NEW.value OR OLD.meta IS DISTINCT FROM NEW.meta)
   EXECUTE FUNCTION mycelium.memories_derive_links();
 
@@ -481,9 +493,9 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER memory_links_derived BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON mycelium.memory_links
+CREATE OR REPLACE TRIGGER t05_memory_links_derived BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON mycelium.memory_links
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.refuse_link_write();
-CREATE OR REPLACE TRIGGER memory_anchors_derived BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON mycelium.memory_anchors
+CREATE OR REPLACE TRIGGER t05_memory_anchors_derived BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON mycelium.memory_anchors
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.refuse_link_write();
 
 -- Re-derive every memory's links (one room, or all): run it after a change to the parser.
@@ -500,6 +512,7 @@ BEGIN
   RETURN n;
 END
 $$;
+COMMENT ON FUNCTION mycelium.rebuild_links IS 'public write';
 
 -- The auditor's check that the index says what the memories say: every memory (of one room, or
 -- all) whose stored links or anchors differ from a fresh parse of its text. Always empty, unless
@@ -521,6 +534,7 @@ LANGUAGE sql STABLE AS $$
                FROM mycelium.memory_outline(m.body) o WHERE o.slug <> '' ORDER BY o.line))
   ORDER BY m.room, m.key
 $$;
+COMMENT ON FUNCTION mycelium.link_drift IS 'public read';
 
 -- ---------------------------------------------------------------------------------------------
 -- Reading: links resolved against the room as it is now.
@@ -568,6 +582,7 @@ BEGIN
                              AND e.source_key <> p_key), '[]'));
 END
 $$;
+COMMENT ON FUNCTION mycelium.memory_links_of IS 'public read';
 
 -- The room's link graph: a node per memory (outbound = its links that stay in the room, inbound =
 -- resolved links pointing at it), an edge per link. json, not jsonb: built once and sent as it is.
@@ -598,6 +613,7 @@ BEGIN
   );
 END
 $$;
+COMMENT ON FUNCTION mycelium.link_graph IS 'public read';
 
 -- Broken links, and the memories no resolved link reaches: orphans (nothing in, nothing out),
 -- roots (nothing in, links out) and leaves (links in, nothing out).
@@ -629,6 +645,7 @@ BEGIN
   );
 END
 $$;
+COMMENT ON FUNCTION mycelium.link_integrity IS 'public read';
 
 -- A memory's body with each ![[...]] replaced by the target's text (or the #anchor section of it).
 -- Depth 1: pulled text goes in as it is, markers inside it stay literal, so cycles cannot happen.
@@ -674,3 +691,4 @@ BEGIN
   RETURN result;
 END
 $$;
+COMMENT ON FUNCTION mycelium.expand_memory IS 'public read';

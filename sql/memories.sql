@@ -28,6 +28,7 @@ BEGIN
   RETURN p_passthrough;
 END
 $$;
+COMMENT ON FUNCTION mycelium.defer_wakes IS 'public write';
 
 -- NOTIFY p_channel, or keep the hint for the caller when it asked to send its own.
 CREATE OR REPLACE FUNCTION mycelium.wake_hint(p_channel text, p_payload text) RETURNS text LANGUAGE plpgsql AS $$
@@ -58,9 +59,11 @@ $$;
 
 CREATE OR REPLACE FUNCTION mycelium.episode_urn(p_room text, p_short text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT 'urn:ioc:mycelium:episode:' || p_room || ':' || p_short $$;
+COMMENT ON FUNCTION mycelium.episode_urn IS 'public inlined';
 
 CREATE OR REPLACE FUNCTION mycelium.episode_short_id(p_episode text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT regexp_replace(p_episode, '^.*:', '') $$;
+COMMENT ON FUNCTION mycelium.episode_short_id IS 'public inlined';
 
 CREATE TABLE mycelium.memories (
   room text NOT NULL REFERENCES mycelium.rooms (name) ON DELETE CASCADE,
@@ -136,6 +139,7 @@ CREATE TABLE mycelium.followers (
 CREATE OR REPLACE FUNCTION mycelium.actor() RETURNS text LANGUAGE sql STABLE AS $$
   SELECT coalesce(nullif(current_setting('mycelium.actor', true), ''), session_user::text)
 $$;
+COMMENT ON FUNCTION mycelium.actor IS 'public read';
 
 -- ---------------------------------------------------------------------------------------------
 -- Triggers: binding, versioning, history, outbox.
@@ -155,7 +159,7 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE OR REPLACE TRIGGER memories_before_insert BEFORE INSERT ON mycelium.memories
+CREATE OR REPLACE TRIGGER t55_memories_before_insert BEFORE INSERT ON mycelium.memories
   FOR EACH ROW EXECUTE FUNCTION mycelium.memories_before_insert();
 
 CREATE OR REPLACE FUNCTION mycelium.memories_before_update() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -181,7 +185,7 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE OR REPLACE TRIGGER memories_before_update BEFORE UPDATE ON mycelium.memories
+CREATE OR REPLACE TRIGGER t60_memories_before_update BEFORE UPDATE ON mycelium.memories
   FOR EACH ROW EXECUTE FUNCTION mycelium.memories_before_update();
 
 CREATE OR REPLACE FUNCTION mycelium.memories_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -198,7 +202,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER memories_after_write AFTER INSERT OR UPDATE ON mycelium.memories
+CREATE OR REPLACE TRIGGER t75_memories_after_write AFTER INSERT OR UPDATE ON mycelium.memories
   FOR EACH ROW EXECUTE FUNCTION mycelium.memories_after_write();
 
 CREATE OR REPLACE FUNCTION mycelium.memories_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -213,7 +217,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER memories_after_delete AFTER DELETE ON mycelium.memories
+CREATE OR REPLACE TRIGGER t70_memories_after_delete AFTER DELETE ON mycelium.memories
   FOR EACH ROW EXECUTE FUNCTION mycelium.memories_after_delete();
 
 CREATE OR REPLACE FUNCTION mycelium.rooms_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -223,7 +227,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER rooms_after_delete AFTER DELETE ON mycelium.rooms
+CREATE OR REPLACE TRIGGER t80_rooms_after_delete AFTER DELETE ON mycelium.rooms
   FOR EACH ROW EXECUTE FUNCTION mycelium.rooms_after_delete();
 
 -- Append-only: history rows are never edited, and leave only with their room (the FK cascade runs
@@ -237,7 +241,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER memory_versions_append_only BEFORE UPDATE OR DELETE ON mycelium.memory_versions
+CREATE OR REPLACE TRIGGER t55_memory_versions_append_only BEFORE UPDATE OR DELETE ON mycelium.memory_versions
   FOR EACH ROW EXECUTE FUNCTION mycelium.refuse_history_change();
 
 CREATE OR REPLACE FUNCTION mycelium.refuse_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -246,7 +250,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER memory_versions_no_truncate BEFORE TRUNCATE ON mycelium.memory_versions
+CREATE OR REPLACE TRIGGER t05_memory_versions_no_truncate BEFORE TRUNCATE ON mycelium.memory_versions
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.refuse_truncate();
 
 -- ---------------------------------------------------------------------------------------------
@@ -348,6 +352,7 @@ BEGIN
   END LOOP;
 END
 $$;
+COMMENT ON FUNCTION mycelium.write_memory IS 'public write';
 
 CREATE OR REPLACE FUNCTION mycelium.delete_memory(p_room text, p_key text, p_by text DEFAULT NULL)
 RETURNS mycelium.memories LANGUAGE plpgsql AS $$
@@ -365,6 +370,7 @@ BEGIN
   RETURN r;
 END
 $$;
+COMMENT ON FUNCTION mycelium.delete_memory IS 'public write';
 
 -- The embedder catching up: store a vector for the version it was computed from (no-op if the
 -- memory has moved on since). Not a content write: no version bump, no history row.
@@ -377,6 +383,7 @@ BEGIN
   RETURN FOUND;
 END
 $$;
+COMMENT ON FUNCTION mycelium.set_embedding IS 'public write';
 
 -- Hybrid search: vector neighbours and full-text matches (all terms) fused by reciprocal rank; similarity is
 -- the cosine similarity to the query (NULL for a memory without a vector). With a room filter the
@@ -426,6 +433,7 @@ BEGIN
   LIMIT p_limit;
 END
 $$;
+COMMENT ON FUNCTION mycelium.search_memories IS 'public read';
 
 -- ---------------------------------------------------------------------------------------------
 -- Followers of the change outbox (the markdown mirror): a stored position per follower, and
@@ -440,6 +448,7 @@ BEGIN
   RETURN r;
 END
 $$;
+COMMENT ON FUNCTION mycelium.register_follower IS 'public write';
 
 CREATE OR REPLACE FUNCTION mycelium.advance_follower(p_name text, p_tx xid8, p_seq bigint) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -451,3 +460,4 @@ BEGIN
   DELETE FROM mycelium.changes WHERE (tx, seq) <= (oldest.tx, oldest.seq);
 END
 $$;
+COMMENT ON FUNCTION mycelium.advance_follower IS 'public write';

@@ -12,6 +12,7 @@ CREATE OR REPLACE FUNCTION mycelium.message_type_of(p_payload_type text, p_paylo
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT coalesce(p_payload ->> 'message_type', p_payload_type)
 $$;
+COMMENT ON FUNCTION mycelium.message_type_of IS 'public read';
 
 -- accept / reject as a message states it: the payload's lifted action first, then the last
 -- stance=/action= word inside a [[mycelium: …]] marker in the prose that contracts/vocabulary.json's
@@ -33,6 +34,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     ORDER BY i DESC, j DESC LIMIT 1
   ) END
 $$;
+COMMENT ON FUNCTION mycelium.stance_of IS 'public inlined';
 
 -- The `has:` values a message carries: mention, link, memory, code, scores.
 CREATE OR REPLACE FUNCTION mycelium.message_has(p_text text, p_payload jsonb, p_mentions text[]) RETURNS text[]
@@ -51,6 +53,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
          THEN 'scores' END
   ], NULL)
 $$;
+COMMENT ON FUNCTION mycelium.message_has IS 'public inlined';
 
 -- Does a thread reference (a URN, its tail, or the prefix of a short id) name p_episode?
 CREATE OR REPLACE FUNCTION mycelium.thread_matches(p_episode text, p_ref text) RETURNS boolean
@@ -59,6 +62,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                           OR right(lower(p_episode), length(p_ref) + 1) = ':' || p_ref
                           OR starts_with(lower(mycelium.episode_short_id(p_episode)), p_ref))
 $$;
+COMMENT ON FUNCTION mycelium.thread_matches IS 'public read';
 
 -- No foreign key to rooms: every document is written by the insert of its message (whose own key
 -- already holds the room until it commits), and a room's documents go with the room, by the
@@ -97,7 +101,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER message_search_forget AFTER DELETE ON mycelium.rooms
+CREATE OR REPLACE TRIGGER t90_message_search_forget AFTER DELETE ON mycelium.rooms
   REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION mycelium.message_search_forget();
 
 -- The document of message m whose current text is p_text (edited at p_edited, if it was);
@@ -132,6 +136,7 @@ LANGUAGE sql STABLE AS $$
          THEN m.created_at + make_interval(secs => (m.payload -> 'metadata' ->> 'ttl_seconds')::double precision)
     END
 $$;
+COMMENT ON FUNCTION mycelium.message_document IS 'public inlined';
 
 -- Store the document of message m (message_document's arguments). A new message's document is a
 -- plain INSERT (an upsert's speculative insertion cost every message ~13 us); an amendment rewrites
@@ -164,6 +169,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT p_payload_type = 'notice' AND NOT p_payload ? 'message_type'
          AND NOT (coalesce(p_subkind, '') = 'amend' AND cardinality(p_parents) > 0)
 $$;
+COMMENT ON FUNCTION mycelium.stored_without_document IS 'public inlined';
 
 -- Every handle a text names, loud or silent, each once, first seen first.
 CREATE OR REPLACE FUNCTION mycelium.named_handles(p_text text) RETURNS text[]
@@ -171,6 +177,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT coalesce(array_agg(handle ORDER BY first_seen), '{}')
   FROM (SELECT handle, min(first_seen) AS first_seen FROM mycelium.mentions_in(p_text) GROUP BY handle) x
 $$;
+COMMENT ON FUNCTION mycelium.named_handles IS 'public inlined';
 
 -- Every searchable message's document: the table's, and for a notice that has none, the same fields
 -- derived from the timeline row at query time. A notice is prose-free board traffic (two per claim

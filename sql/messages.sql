@@ -28,6 +28,7 @@ CREATE TABLE mycelium.message_positions (
 
 CREATE OR REPLACE FUNCTION mycelium.live_episode(p_room text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT mycelium.episode_urn(p_room, 'live') $$;
+COMMENT ON FUNCTION mycelium.live_episode IS 'public inlined';
 
 -- The envelope's closed sets (contracts/message-envelope.json), checked on every insert by the
 -- BEFORE INSERT trigger below rather than by table CHECKs: a table's CHECK expressions are
@@ -84,6 +85,16 @@ CREATE TABLE mycelium.messages (
   content text NOT NULL DEFAULT '',
   payload jsonb NOT NULL DEFAULT '{}',  -- a JSON object
   created_at timestamptz NOT NULL DEFAULT now(),
+  -- who the message names and wakes (conversations.sql): derived from the row itself, never from
+  -- the writer. The write gate's BEFORE INSERT trigger (messages_admit, floors.sql) sets all three
+  -- on every insert, overwriting whatever an INSERT gave, so a plain INSERT in psql gets exactly
+  -- what the hub's verbs get and nobody can forge a wake (the table is append-only: an insert is
+  -- the only moment they are set). Not STORED generated columns: those expressions are set up again
+  -- for every INSERT statement, where the trigger's PL/pgSQL is compiled once per session and
+  -- parses nothing for a row with no prose and no recipients (a notice, a ping).
+  mentions text[] NOT NULL DEFAULT '{}',
+  silent_mentions text[] NOT NULL DEFAULT '{}',
+  wakes text[] NOT NULL DEFAULT '{}',
   PRIMARY KEY (room, position),
   UNIQUE (id)
 );
@@ -116,7 +127,7 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE OR REPLACE TRIGGER messages_before_insert BEFORE INSERT ON mycelium.messages
+CREATE OR REPLACE TRIGGER t65_messages_before_insert BEFORE INSERT ON mycelium.messages
   FOR EACH ROW EXECUTE FUNCTION mycelium.messages_before_insert();
 
 -- The wake hint of every insert. Called by assignment (a simple expression), not by PERFORM, which
@@ -128,12 +139,12 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER messages_after_insert AFTER INSERT ON mycelium.messages
+CREATE OR REPLACE TRIGGER t75_messages_after_insert AFTER INSERT ON mycelium.messages
   FOR EACH ROW EXECUTE FUNCTION mycelium.messages_after_insert();
 
-CREATE OR REPLACE TRIGGER messages_append_only BEFORE UPDATE OR DELETE ON mycelium.messages
+CREATE OR REPLACE TRIGGER t52_messages_append_only BEFORE UPDATE OR DELETE ON mycelium.messages
   FOR EACH ROW EXECUTE FUNCTION mycelium.refuse_history_change();
-CREATE OR REPLACE TRIGGER messages_no_truncate BEFORE TRUNCATE ON mycelium.messages
+CREATE OR REPLACE TRIGGER t05_messages_no_truncate BEFORE TRUNCATE ON mycelium.messages
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.refuse_truncate();
 
 -- Post a notice into the room's timeline (the board moved). Called by the verbs in the same

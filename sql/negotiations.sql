@@ -13,7 +13,7 @@
 --     roster frozen again on other members, or thawed, by anyone but the engine.
 --     negotiation_departure says who left; the aligner then closes the run as rejected with it.
 --   * a negotiation that found nothing to negotiate (its issues recorded as none) ends with its
---     explanation and leaves no episode: run_leaves_episode (sql/engines.sql), which engine_step
+--     explanation and leaves no episode: run_leaves_episode (sql/runs.sql), which engine_step
 --     asks on close and mycelium.episodes filters on.
 
 CREATE OR REPLACE FUNCTION mycelium.start_negotiation(
@@ -47,6 +47,7 @@ BEGIN
   RETURN r;
 END
 $$;
+COMMENT ON FUNCTION mycelium.start_negotiation IS 'public write';
 
 -- Who left a negotiation that is still open, in words (NULL while every member is still in): a member
 -- no longer among the members of a room it was a member of when the run started; the thread's
@@ -96,6 +97,7 @@ BEGIN
   RETURN 'the negotiation''s membership changed: ' || array_to_string(said, '; ');
 END
 $$;
+COMMENT ON FUNCTION mycelium.negotiation_departure IS 'public read';
 
 -- A membership change makes the negotiations it touches due now and moves their seq, so the
 -- aligner sees it at once and a step computed before it is refused (read again, then aborted).
@@ -120,7 +122,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER rosters_abort_negotiation AFTER UPDATE OR DELETE ON mycelium.rosters
+CREATE OR REPLACE TRIGGER t70_rosters_abort_negotiation AFTER UPDATE OR DELETE ON mycelium.rosters
   FOR EACH ROW EXECUTE FUNCTION mycelium.rosters_abort_negotiation();
 
 -- A room's members changed (someone left or was removed): the negotiations a member of it was in.
@@ -133,7 +135,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER rooms_abort_negotiation AFTER UPDATE ON mycelium.rooms
+CREATE OR REPLACE TRIGGER t75_rooms_abort_negotiation AFTER UPDATE ON mycelium.rooms
   FOR EACH ROW EXECUTE FUNCTION mycelium.rooms_abort_negotiation();
 
 -- The record of a negotiation as upstream writes log/episodes/<short_id>.md: the header (quality

@@ -63,7 +63,7 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE OR REPLACE TRIGGER delivery_cursors_forward BEFORE UPDATE ON mycelium.delivery_cursors
+CREATE OR REPLACE TRIGGER t10_delivery_cursors_forward BEFORE UPDATE ON mycelium.delivery_cursors
   FOR EACH ROW EXECUTE FUNCTION mycelium.delivery_cursors_forward();
 
 -- Where a handle's inbox starts when it is first seen (one snapshot, so nothing slips between).
@@ -234,8 +234,8 @@ BEGIN
   END IF;
 END
 $$;
-COMMENT ON FUNCTION mycelium.take_next(text,text,text,double precision) IS
-  'await: the next message addressed to a handle, delivered exactly once, from its durable cursor.';
+COMMENT ON FUNCTION mycelium.take_next IS
+  'public write: await: the next message addressed to a handle, delivered exactly once, from its durable cursor.';
 
 -- A member's reply: an exchange with payload type `reply`, through the same write gate. p_data is
 -- what its markers stated (lifted by the caller), else {"action": "reply"}. It lands in p_episode
@@ -270,6 +270,7 @@ BEGIN
     parents, 'agent');
 END
 $$;
+COMMENT ON FUNCTION mycelium.reply IS 'public write';
 
 -- Who is in a room now: every handle whose presence lease runs.
 CREATE OR REPLACE FUNCTION mycelium.room_members(p_room text)
@@ -279,3 +280,4 @@ LANGUAGE sql STABLE AS $$
   WHERE p.room = p_room AND p.expires_at > now()
   ORDER BY p.handle
 $$;
+COMMENT ON FUNCTION mycelium.room_members IS 'public read';

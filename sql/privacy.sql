@@ -21,6 +21,7 @@
 CREATE OR REPLACE FUNCTION mycelium.principal() RETURNS text LANGUAGE sql STABLE AS $$
   SELECT nullif(current_setting('mycelium.principal', true), '')
 $$;
+COMMENT ON FUNCTION mycelium.principal IS 'public read';
 
 -- Is this an administrator's own session (the owner or a superuser in psql, a migration), rather
 -- than the app role's (every hub replica sets role mycelium_app; an app login is a member of it
@@ -33,6 +34,7 @@ BEGIN
           OR pg_has_role(session_user, 'mycelium_admin', 'MEMBER'));
 END
 $$;
+COMMENT ON FUNCTION mycelium.administrator_session IS 'public read';
 
 -- Is the token gate closed: the hub-wide auth.gate on?
 CREATE OR REPLACE FUNCTION mycelium.private_rooms_closed() RETURNS boolean
@@ -42,6 +44,7 @@ BEGIN
                   false);
 END
 $$;
+COMMENT ON FUNCTION mycelium.private_rooms_closed IS 'public read';
 
 -- Does a room admit a handle (NULL: nobody declared)? Public rooms admit anyone; a private one its
 -- owner and its members.
@@ -49,6 +52,7 @@ CREATE OR REPLACE FUNCTION mycelium.room_admits(r mycelium.rooms, who text) RETU
 LANGUAGE sql IMMUTABLE AS $$
   SELECT r.is_public OR coalesce(r.owner = who OR who = ANY (r.members), false)
 $$;
+COMMENT ON FUNCTION mycelium.room_admits IS 'public inlined';
 
 -- Does the gate leave every room open to the one asking? (No gate, an operator, or an
 -- administrator's own session with no principal declared.)
@@ -60,6 +64,7 @@ BEGIN
       OR (mycelium.principal() IS NULL AND mycelium.administrator_session());
 END
 $$;
+COMMENT ON FUNCTION mycelium.rooms_open IS 'public read';
 
 -- The private rooms the one asking may not see ('{}' when rooms_open()). Policies call it once per
 -- statement, as (SELECT mycelium.hidden_rooms()).
@@ -74,6 +79,7 @@ BEGIN
   RETURN coalesce((SELECT array_agg(r.name) FROM mycelium.rooms r WHERE NOT mycelium.room_admits(r, who)), '{}');
 END
 $$;
+COMMENT ON FUNCTION mycelium.hidden_rooms IS 'public read';
 
 -- May the one asking see p_room? (A room that does not exist is not hidden: its absence is
 -- answered as it always is.) One look at the room's own row.
@@ -87,6 +93,7 @@ BEGIN
       OR mycelium.rooms_open();
 END
 $$;
+COMMENT ON FUNCTION mycelium.room_visible IS 'public read';
 
 -- The write guard: a write into a room the principal may not see is refused as if the room did not
 -- exist. (Writes without a principal are the hub's own or an open hub's.) A room found visible is
@@ -167,7 +174,7 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE TRIGGER config_gate_changed AFTER INSERT OR UPDATE OR DELETE ON mycelium.config
+CREATE OR REPLACE TRIGGER t75_config_gate_changed AFTER INSERT OR UPDATE OR DELETE ON mycelium.config
 FOR EACH ROW EXECUTE FUNCTION mycelium.config_gate_changed();
 
 -- The policies and guards on every protected table (a table added later gets them at the end of
@@ -188,7 +195,7 @@ BEGIN
       EXECUTE format('CREATE POLICY auditor_reads ON mycelium.%I FOR SELECT TO mycelium_auditor USING (true)',
                      t.table_name);
     END IF;
-    EXECUTE format('CREATE OR REPLACE TRIGGER guard_room_write BEFORE INSERT OR UPDATE OR DELETE ON mycelium.%I '
+    EXECUTE format('CREATE OR REPLACE TRIGGER t50_guard_room_write BEFORE INSERT OR UPDATE OR DELETE ON mycelium.%I '
                    'FOR EACH ROW EXECUTE FUNCTION mycelium.guard_room_write()', t.table_name);
   END LOOP;
   PERFORM mycelium.apply_privacy();

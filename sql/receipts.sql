@@ -113,6 +113,7 @@ CREATE TABLE mycelium.receipts_signed_through (
 CREATE OR REPLACE FUNCTION mycelium.receipt_ts(p timestamptz) RETURNS text LANGUAGE sql STABLE AS $$
   SELECT to_char(p AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 $$;
+COMMENT ON FUNCTION mycelium.receipt_ts IS 'public inlined';
 
 -- Field order is part of the format (mycelium.ledger.receipts.RECEIPT_FIELDS): each field is
 -- "<name>:<length>:<value>\n", or "<name>:-\n" for NULL (only nullable columns can be); timestamps
@@ -126,6 +127,7 @@ CREATE OR REPLACE FUNCTION mycelium.receipt_preimage_before_seq(r mycelium.recei
     || E'\nagent_id:' || length(r.agent_id) || ':' || r.agent_id
     || E'\nlane:' || length(r.lane::text) || ':' || r.lane::text || E'\n'
 $$;
+COMMENT ON FUNCTION mycelium.receipt_preimage_before_seq IS 'public inlined';
 
 CREATE OR REPLACE FUNCTION mycelium.receipt_preimage_after_seq(r mycelium.receipts) RETURNS text LANGUAGE sql STABLE AS $$
   SELECT format(E'kind:%s:%s\naction:%s:%s\nrequest_id:%s:%s\ntransition_key:%s:%s\nside_effect_class:%s:%s\n'
@@ -150,19 +152,23 @@ CREATE OR REPLACE FUNCTION mycelium.receipt_preimage_after_seq(r mycelium.receip
     length(to_char(r.recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
     to_char(r.recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
 $$;
+COMMENT ON FUNCTION mycelium.receipt_preimage_after_seq IS 'public inlined';
 
 CREATE OR REPLACE FUNCTION mycelium.receipt_seq_field(p_seq bigint) RETURNS text LANGUAGE sql IMMUTABLE AS $$
   SELECT 'seq:' || length(p_seq::text) || ':' || p_seq::text || E'\n'
 $$;
+COMMENT ON FUNCTION mycelium.receipt_seq_field IS 'public inlined';
 
 CREATE OR REPLACE FUNCTION mycelium.receipt_preimage(r mycelium.receipts) RETURNS text LANGUAGE sql STABLE AS $$
   SELECT mycelium.receipt_preimage_before_seq(r) || mycelium.receipt_seq_field(r.seq)
          || mycelium.receipt_preimage_after_seq(r)
 $$;
+COMMENT ON FUNCTION mycelium.receipt_preimage IS 'public inlined';
 
 CREATE OR REPLACE FUNCTION mycelium.receipt_hash(p_prev bytea, r mycelium.receipts) RETURNS bytea LANGUAGE sql STABLE AS $$
   SELECT sha256(convert_to(coalesce(encode(p_prev, 'hex'), '') || E'\n' || mycelium.receipt_preimage(r), 'UTF8'))
 $$;
+COMMENT ON FUNCTION mycelium.receipt_hash IS 'public inlined';
 
 -- ---------------------------------------------------------------------------------------------
 -- Appending: the chain is computed here, whoever inserts.
@@ -200,7 +206,7 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE OR REPLACE TRIGGER receipts_before_insert BEFORE INSERT ON mycelium.receipts
+CREATE OR REPLACE TRIGGER t20_receipts_before_insert BEFORE INSERT ON mycelium.receipts
   FOR EACH ROW EXECUTE FUNCTION mycelium.receipts_before_insert();
 
 CREATE OR REPLACE FUNCTION mycelium.receipts_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -209,13 +215,13 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER receipts_append_only BEFORE UPDATE OR DELETE ON mycelium.receipts
+CREATE OR REPLACE TRIGGER t10_receipts_append_only BEFORE UPDATE OR DELETE ON mycelium.receipts
   FOR EACH ROW EXECUTE FUNCTION mycelium.receipts_append_only();
-CREATE OR REPLACE TRIGGER receipts_no_truncate BEFORE TRUNCATE ON mycelium.receipts
+CREATE OR REPLACE TRIGGER t05_receipts_no_truncate BEFORE TRUNCATE ON mycelium.receipts
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.receipts_append_only();
-CREATE OR REPLACE TRIGGER receipt_signatures_append_only BEFORE UPDATE OR DELETE ON mycelium.receipt_signatures
+CREATE OR REPLACE TRIGGER t10_receipt_signatures_append_only BEFORE UPDATE OR DELETE ON mycelium.receipt_signatures
   FOR EACH ROW EXECUTE FUNCTION mycelium.receipts_append_only();
-CREATE OR REPLACE TRIGGER receipt_signatures_no_truncate BEFORE TRUNCATE ON mycelium.receipt_signatures
+CREATE OR REPLACE TRIGGER t05_receipt_signatures_no_truncate BEFORE TRUNCATE ON mycelium.receipt_signatures
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.receipts_append_only();
 
 -- ---------------------------------------------------------------------------------------------
@@ -238,6 +244,7 @@ BEGIN
   RETURN k;
 END
 $$;
+COMMENT ON FUNCTION mycelium.register_receipt_key IS 'public write';
 
 -- Rotation: every other key stops signing from now on (their old signatures stay valid).
 CREATE OR REPLACE FUNCTION mycelium.retire_receipt_keys(p_except text) RETURNS SETOF mycelium.receipt_keys
@@ -248,6 +255,7 @@ BEGIN
                WHERE key_id <> p_except AND retired_at IS NULL RETURNING *;
 END
 $$;
+COMMENT ON FUNCTION mycelium.retire_receipt_keys IS 'public write';
 
 -- The receipts waiting for a signature: each chain's (agent and lane) receipts past its signed-through
 -- mark that have none (the index on (agent_id, lane, seq) serves each chain's tail).
@@ -265,6 +273,7 @@ RETURNS TABLE (id bigint, hash bytea) LANGUAGE sql STABLE AS $$
   WHERE h.seq > coalesce(s.seq, 0)
   ORDER BY r.id LIMIT p_limit
 $$;
+COMMENT ON FUNCTION mycelium.unsigned_receipt_batch IS 'public read';
 
 -- Store signatures computed by the key holder over each receipt's hash. A key must be registered
 -- and active; a receipt is signed once. Each touched chain's (agent and lane) signed-through mark then moves up to
@@ -298,6 +307,7 @@ BEGIN
   RETURN n;
 END
 $$;
+COMMENT ON FUNCTION mycelium.sign_receipts IS 'public write';
 
 -- ---------------------------------------------------------------------------------------------
 -- Verification (in SQL; signatures are checked by `mycelium receipts verify`, which has the keys).
@@ -342,6 +352,7 @@ RETURNS TABLE (agent_id text, lane smallint, seq bigint, receipt_id text, proble
     AND (m.last_seq IS DISTINCT FROM h.seq OR m.last_hash IS DISTINCT FROM h.hash)
   ORDER BY 1, 2, 3
 $$;
+COMMENT ON FUNCTION mycelium.verify_receipt_chain IS 'public read';
 
 -- ---------------------------------------------------------------------------------------------
 -- Views for the common audits.

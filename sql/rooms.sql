@@ -55,6 +55,7 @@ BEGIN
     coalesce(coll, ''));
 END
 $fold$;
+COMMENT ON FUNCTION mycelium.room_fold IS 'public read';
 
 CREATE TABLE mycelium.rooms (
   name text PRIMARY KEY CONSTRAINT room_name_valid CHECK (mycelium.room_name_problem(name) IS NULL),
@@ -90,7 +91,7 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE OR REPLACE TRIGGER rooms_name_rules BEFORE INSERT ON mycelium.rooms
+CREATE OR REPLACE TRIGGER t60_rooms_name_rules BEFORE INSERT ON mycelium.rooms
   FOR EACH ROW EXECUTE FUNCTION mycelium.rooms_name_rules();
 
 CREATE OR REPLACE FUNCTION mycelium.room_exists(p_name text, p_existing text) RETURNS void
@@ -138,6 +139,7 @@ BEGIN
   RETURN true;
 END
 $$;
+COMMENT ON FUNCTION mycelium.room_known IS 'public read';
 
 CREATE OR REPLACE FUNCTION mycelium.create_room(
   p_name text, p_title text DEFAULT NULL, p_description text DEFAULT NULL,
@@ -169,6 +171,7 @@ BEGIN
   RETURN r;
 END
 $$;
+COMMENT ON FUNCTION mycelium.create_room IS 'public write';
 
 -- PATCH semantics: only the keys present in p_patch change (title, description, is_public,
 -- members, owner). Making a room private without an owner makes its author (the actor, else p_by)
@@ -209,6 +212,7 @@ BEGIN
   RETURN r;
 END
 $$;
+COMMENT ON FUNCTION mycelium.update_room IS 'public write';
 
 CREATE OR REPLACE FUNCTION mycelium.delete_room(p_name text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
@@ -218,6 +222,7 @@ BEGIN
   DELETE FROM mycelium.config WHERE room = p_name;
 END
 $$;
+COMMENT ON FUNCTION mycelium.delete_room IS 'public write';
 
 -- A room's name is its identity everywhere (keys, URNs, mirror folders): it never changes.
 CREATE OR REPLACE FUNCTION mycelium.rooms_keep_name() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -228,5 +233,5 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE OR REPLACE TRIGGER rooms_keep_name BEFORE UPDATE OF name ON mycelium.rooms
+CREATE OR REPLACE TRIGGER t55_rooms_keep_name BEFORE UPDATE OF name ON mycelium.rooms
   FOR EACH ROW EXECUTE FUNCTION mycelium.rooms_keep_name();

@@ -74,7 +74,7 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE OR REPLACE TRIGGER config_check BEFORE INSERT OR UPDATE ON mycelium.config
+CREATE OR REPLACE TRIGGER t10_config_check BEFORE INSERT OR UPDATE ON mycelium.config
   FOR EACH ROW EXECUTE FUNCTION mycelium.config_check();
 
 -- The settings as they apply to one room ('' = hub-wide): the value in force and where it comes
@@ -97,6 +97,7 @@ LANGUAGE sql STABLE AS $$
   LEFT JOIN mycelium.config r ON coalesce(p_room, '') <> '' AND r.room = p_room AND r.name = k.name
   ORDER BY k.name
 $$;
+COMMENT ON FUNCTION mycelium.settings_of IS 'public read';
 
 -- Write one setting for a room, or hub-wide with p_room '' or NULL; a NULL value clears it (the
 -- room then follows the hub, the hub its default). Returns the setting as it now applies there.
@@ -116,3 +117,4 @@ BEGIN
   RETURN QUERY SELECT * FROM mycelium.settings_of(room) s WHERE s.name = p_name;
 END
 $$;
+COMMENT ON FUNCTION mycelium.write_setting IS 'public write';

@@ -40,3 +40,4 @@ BEGIN
             ORDER BY x.position LIMIT greatest(coalesce(p_limit, 0), 0)) t), '[]'));
 END
 $$;
+COMMENT ON FUNCTION mycelium.synthesis_input IS 'public read';

@@ -296,13 +296,13 @@ BEGIN
   RETURN NEW;
 END
 $$;
-CREATE OR REPLACE TRIGGER transitions_guard BEFORE UPDATE OR DELETE ON mycelium.transitions
+CREATE OR REPLACE TRIGGER t10_transitions_guard BEFORE UPDATE OR DELETE ON mycelium.transitions
   FOR EACH ROW EXECUTE FUNCTION mycelium.transitions_guard();
 -- An insert calls the guard unless the row is one it would pass unchanged: written by a verb, the
 -- fence, creation and update times as the guard sets them, no receipt, in flight and unreleased (then
 -- no consistency rule can fail). A claim's insert is such a row; the condition, evaluated by the
 -- executor, costs a fraction of a call into the trigger function. Anything unknown (a NULL) calls it.
-CREATE OR REPLACE TRIGGER transitions_guard_insert BEFORE INSERT ON mycelium.transitions
+CREATE OR REPLACE TRIGGER t20_transitions_guard_insert BEFORE INSERT ON mycelium.transitions
   FOR EACH ROW WHEN (NOT coalesce(
     coalesce(current_setting('mycelium.transition_verb', true), '') <> ''
     AND NEW.fence = 1 AND NEW.created_at = now() AND NEW.updated_at = now() AND NEW.receipt_ref IS NULL
@@ -316,7 +316,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER transitions_no_truncate BEFORE TRUNCATE ON mycelium.transitions
+CREATE OR REPLACE TRIGGER t05_transitions_no_truncate BEFORE TRUNCATE ON mycelium.transitions
   FOR EACH STATEMENT EXECUTE FUNCTION mycelium.transitions_no_truncate();
 
 -- ---------------------------------------------------------------------------------------------
@@ -616,8 +616,8 @@ BEGIN
   RETURN ROW(gate, act, repaired, t)::mycelium.claim;
 END
 $$;
-COMMENT ON FUNCTION mycelium.claim_transition(text,text,text,text,text,text,text,double precision,text,text,text,text,jsonb,text,text,text,text,double precision,text,boolean,boolean,boolean,double precision) IS
-  'Claim a transition: under the row lock, evaluate the gate and act (run, return, poll, reconcile, soft_block, hard_block).';
+COMMENT ON FUNCTION mycelium.claim_transition IS
+  'public write: Claim a transition: under the row lock, evaluate the gate and act (run, return, poll, reconcile, soft_block, hard_block).';
 
 -- ---------------------------------------------------------------------------------------------
 -- Mutators of the owner (compare and swap on owner + fence).
@@ -644,6 +644,7 @@ BEGIN
   RETURN t;
 END
 $$;
+COMMENT ON FUNCTION mycelium.renew_lease IS 'public write';
 
 -- Move the boundary forward (a backward move changes nothing). Entering maybe_crossed needs a live
 -- lease: an owner whose lease lapsed must not start the external call.
@@ -674,6 +675,7 @@ BEGIN
   RETURN t;
 END
 $$;
+COMMENT ON FUNCTION mycelium.advance_boundary IS 'public write';
 
 -- Record the provider's handle (its operation id, or the idempotency key sent to it). Allowed while
 -- the row is in flight, or after a peer parked it: more evidence never hurts reconciliation.
@@ -699,6 +701,7 @@ BEGIN
   RETURN t;
 END
 $$;
+COMMENT ON FUNCTION mycelium.record_external_operation IS 'public write';
 
 -- p_result_text: the same result as the caller's JSON text (a redispatch returns it with its keys in
 -- their order; jsonb keeps them sorted). complete_ack is the verb; it returns the request id only
@@ -723,6 +726,7 @@ BEGIN
   RETURN p_request_id;
 END
 $$;
+COMMENT ON FUNCTION mycelium.complete_ack IS 'public write';
 
 CREATE OR REPLACE FUNCTION mycelium.complete(
   p_request_id text, p_owner text, p_fence bigint, p_result jsonb DEFAULT NULL, p_result_text text DEFAULT NULL
@@ -735,6 +739,7 @@ BEGIN
   RETURN t;
 END
 $$;
+COMMENT ON FUNCTION mycelium.complete IS 'public write';
 
 -- Record a failure. p_after_effect NULL classifies by the stored boundary (not_crossed →
 -- FAILED_BEFORE_EFFECT, maybe_crossed → UNKNOWN, crossed → FAILED_AFTER_EFFECT); true records
@@ -775,6 +780,7 @@ BEGIN
   RETURN t;
 END
 $$;
+COMMENT ON FUNCTION mycelium.fail IS 'public write';
 
 CREATE OR REPLACE FUNCTION mycelium.mark_outcome(
   p_request_id text, p_owner text, p_fence bigint, p_outcome text, p_error text, p_verb text
@@ -802,11 +808,13 @@ CREATE OR REPLACE FUNCTION mycelium.mark_unknown(p_request_id text, p_owner text
 RETURNS mycelium.transitions LANGUAGE sql AS $$
   SELECT mycelium.mark_outcome(p_request_id, p_owner, p_fence, 'UNKNOWN', p_error, 'mark_unknown')
 $$;
+COMMENT ON FUNCTION mycelium.mark_unknown IS 'public write';
 
 CREATE OR REPLACE FUNCTION mycelium.mark_blocked(p_request_id text, p_owner text, p_fence bigint, p_error text DEFAULT NULL)
 RETURNS mycelium.transitions LANGUAGE sql AS $$
   SELECT mycelium.mark_outcome(p_request_id, p_owner, p_fence, 'BLOCKED', p_error, 'mark_blocked')
 $$;
+COMMENT ON FUNCTION mycelium.mark_blocked IS 'public write';
 
 -- Heal an incomplete durable record (today: a missing idempotency key). The claim does this by
 -- itself; the verb is here for operators.
@@ -828,6 +836,7 @@ BEGIN
   RETURN t;
 END
 $$;
+COMMENT ON FUNCTION mycelium.repair IS 'public write';
 
 -- ---------------------------------------------------------------------------------------------
 -- Resolution verbs.
@@ -880,6 +889,7 @@ BEGIN
   RETURN t;
 END
 $$;
+COMMENT ON FUNCTION mycelium.apply_reconcile_result IS 'public write';
 
 -- A human verified what happened. 'completed' settles the row with the given result; 'not_executed'
 -- stamps it, and the next claim runs the body once. One-shot; written to the receipt chain. Who
@@ -943,6 +953,7 @@ BEGIN
   RETURN t;
 END
 $$;
+COMMENT ON FUNCTION mycelium.release IS 'public write';
 
 -- A worker is known dead: stamp its in-flight rows so an expired lease may be reclaimed where the
 -- caller requires death evidence. Refused while the worker's heartbeat is recent, unless overridden.
@@ -979,3 +990,4 @@ BEGIN
   marked := set_config('mycelium.transition_verb', '', true);
 END
 $$;
+COMMENT ON FUNCTION mycelium.mark_worker_dead IS 'public write';

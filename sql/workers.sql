@@ -64,6 +64,7 @@ BEGIN
   RETURN n;
 END
 $$;
+COMMENT ON FUNCTION mycelium.beat_worker IS 'public write';
 
 -- A process that shuts down marks its loops stopped (and leading nothing).
 CREATE OR REPLACE FUNCTION mycelium.stop_worker(p_worker uuid) RETURNS integer LANGUAGE plpgsql AS $$
@@ -76,6 +77,7 @@ BEGIN
   RETURN n;
 END
 $$;
+COMMENT ON FUNCTION mycelium.stop_worker IS 'public write';
 
 -- Every loop of every process the table knows, with whether its process is alive (not stopped, and
 -- beaten within p_alive_within) and whether it leads: it says so, its process is alive and its
@@ -97,6 +99,7 @@ RETURNS TABLE (
   CROSS JOIN LATERAL (SELECT w.state <> 'stopped' AND w.heartbeat_at >= now() - p_alive_within AS alive) a
   ORDER BY w.started_at, w.worker_id, w.loop
 $$;
+COMMENT ON FUNCTION mycelium.worker_report IS 'public read';
 
 -- Remove the rows of processes nobody has beaten for p_older_than (stopped or dead); how many went.
 CREATE OR REPLACE FUNCTION mycelium.forget_stale_workers(p_older_than interval DEFAULT '10 minutes')
@@ -108,6 +111,7 @@ BEGIN
   RETURN n;
 END
 $$;
+COMMENT ON FUNCTION mycelium.forget_stale_workers IS 'public write';
 
 -- The vector indexers share the memories without a vector: each claims a batch with a session
 -- advisory lock per memory, which its connection holds while it embeds (no row lock and no open
@@ -144,6 +148,7 @@ BEGIN
   END LOOP;
 END
 $$;
+COMMENT ON FUNCTION mycelium.claim_missing_vectors IS 'public write';
 
 -- Give back claims taken by claim_missing_vectors (on the same connection); how many were held.
 CREATE OR REPLACE FUNCTION mycelium.release_vector_claims(p_rooms text[], p_keys text[])
@@ -151,3 +156,4 @@ RETURNS integer LANGUAGE sql AS $$
   SELECT count(*) FILTER (WHERE pg_advisory_unlock(mycelium.vector_claim_key(c.room, c.key)))::integer
   FROM unnest(p_rooms, p_keys) AS c (room, key)
 $$;
+COMMENT ON FUNCTION mycelium.release_vector_claims IS 'public write';

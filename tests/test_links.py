@@ -16,6 +16,7 @@ import pytest
 
 from mycelium.db.pool import setup_connection
 from mycelium.errors import refusal_from_db
+from tests.support.cli import mycelium
 
 # (id, body, frontmatter, [(target, kind, anchor, label, relation, cross_room), ...]) in room "r"
 CASES = [
@@ -478,7 +479,7 @@ async def test_link_drift_finds_rows_written_around_the_triggers(client, room, a
     around = admin_conn.transaction()
     await around.start()
     try:
-        await admin_conn.execute("ALTER TABLE mycelium.memory_links DISABLE TRIGGER memory_links_derived")
+        await admin_conn.execute("ALTER TABLE mycelium.memory_links DISABLE TRIGGER t05_memory_links_derived")
         await admin_conn.execute("UPDATE mycelium.memory_links SET target = 'forged' WHERE ord = 1")
         assert [tuple(r) for r in await admin_conn.fetch("SELECT * FROM mycelium.link_drift()")] == [("r", "a")]
         await admin_conn.execute("SELECT mycelium.rebuild_links('r')")
@@ -503,8 +504,7 @@ def test_the_cli_shows_links_checks_them_and_expands_a_memory(db_dsn, tmp_path):
     )
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "mycelium.cli.main", *args], env=env,
-                              capture_output=True, text=True, timeout=60)
+        return mycelium(*args, base=env)
 
     try:
         for _ in range(600):

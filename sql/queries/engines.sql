@@ -1,4 +1,4 @@
--- Engines: registering them, the room's agents, summons, runs, steps and episodes (sql/engines.sql).
+-- Engines: registering them, the room's agents, summons, runs, steps and episodes (sql/engines.sql, sql/runs.sql).
 -- The writes that post messages return the wake hints their triggers kept (column wake_hints).
 
 -- name: create_engine

@@ -1,4 +1,4 @@
--- The web app's reads of engine runs: a run as a person follows it (sql/engines.sql defines them).
+-- The web app's reads of engine runs: a run as a person follows it (sql/runs.sql defines them).
 
 -- name: web_runs
 -- A room's runs, newest first: the episode (flow, trace, quality and outcome, as mycelium.episodes

@@ -51,7 +51,7 @@ async def test_the_trail_is_append_only_and_a_forged_entry_is_found(admin_conn):
             await admin_conn.execute(statement)
         assert refused.value.sqlstate == "MY409", statement
     # a forger who can switch the guard off still cannot make the chain hold
-    await admin_conn.execute("ALTER TABLE mycelium.audit_log DISABLE TRIGGER audit_append_only")
+    await admin_conn.execute("ALTER TABLE mycelium.audit_log DISABLE TRIGGER t10_audit_append_only")
     second = await admin_conn.fetchval("SELECT id FROM mycelium.audit_log ORDER BY id OFFSET 1 LIMIT 1")
     await admin_conn.execute("UPDATE mycelium.audit_log SET detail = '{\"value\": false}' WHERE id = $1", second)
     assert [tuple(r) for r in await admin_conn.fetch("SELECT * FROM mycelium.verify_audit_chain()")] == \

@@ -45,17 +45,7 @@ async def test_lease_constants_and_states_match_the_contract(admin_conn):
         "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'assignments_state_check'")
     for state in a["stored_states"]:
         assert f"'{state}'" in stored
-    assert await admin_conn.fetchval(
-        "SELECT mycelium.board_handle_problem('x')") is None
     assert a["stale_after"] == 0.5
-
-
-async def test_the_database_handle_rule_matches_the_mentions_contract(admin_conn):
-    cases = json.loads((Path(__file__).resolve().parents[2] / "contracts" / "mentions.json").read_text())
-    for case in cases["handle"]["cases"]:
-        got = await admin_conn.fetchrow(
-            "SELECT mycelium.board_handle($1) AS n, mycelium.board_handle_problem($1) AS p", case["input"])
-        assert (got["n"], got["p"]) == (case["normalised"], case["problem"]), case["input"]
 
 
 def test_the_cli_filters_are_the_attention_filters_plus_all():

@@ -3,13 +3,19 @@ the auditor keeps every read-only function; nothing a public read or a view name
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
 
+from mycelium.db import schema
+from mycelium.paths import sql_dir
+
 CALL = re.compile(r"mycelium\.([a-z_0-9]+)\s*\(")
+MARK = re.compile(r"COMMENT ON FUNCTION mycelium\.([a-z_0-9]+) IS '(public[^']*)'")
+DEFINES = re.compile(r"(?:CREATE OR REPLACE FUNCTION|EXECUTE format\(\s*'CREATE OR REPLACE FUNCTION) mycelium\.([a-z_0-9]+)\(")
 
 
 @pytest.fixture
@@ -94,3 +100,37 @@ async def test_the_app_role_reads_every_view(as_app):
     assert views
     for v in views:
         await as_app.fetch(f'SELECT * FROM mycelium."{v["relname"]}" LIMIT 1')
+
+
+def test_each_public_mark_follows_the_definition_it_marks():
+    """A verb is made public where it is defined: its COMMENT is the statement right after its
+    CREATE (or the DO block that creates it), so reading one file shows what a verb is."""
+    misplaced, marked = [], []
+    for path in sorted(sql_dir().glob("*.sql")):
+        statements = [schema._bare(s) for s in schema.split(path.read_text())]
+        for before, statement in itertools.pairwise(statements):
+            mark = MARK.match(statement)
+            if mark is None:
+                continue
+            marked.append(mark.group(1))
+            if mark.group(1) not in DEFINES.findall(before):
+                misplaced.append(f"{path.name}: {mark.group(1)}")
+    assert misplaced == []
+    assert len(marked) == len(set(marked)) > 100
+
+
+async def test_a_verb_is_one_name_and_its_mark_is_well_formed(admin_conn):
+    """\\df mycelium.* lists one function per name, and a comment that starts with "public" is one
+    of the three marks (a misspelt mark would silently make a verb internal)."""
+    overloaded = await admin_conn.fetch("""
+        SELECT proname FROM pg_proc WHERE pronamespace = 'mycelium'::regnamespace
+        GROUP BY 1 HAVING count(*) > 1""")
+    assert [r["proname"] for r in overloaded] == []
+    marks = await admin_conn.fetch("""
+        SELECT p.proname, d.description FROM pg_proc p
+        JOIN pg_description d ON d.objoid = p.oid AND d.classoid = 'pg_proc'::regclass
+        WHERE p.pronamespace = 'mycelium'::regnamespace AND d.description ILIKE 'public%'""")
+    mark = re.compile(r"public (write|read|inlined)(: .+)?")
+    assert [r["proname"] for r in marks if not mark.fullmatch(r["description"])] == []
+    listed = await admin_conn.fetchval("SELECT count(*) FROM mycelium.public_verbs()")
+    assert listed == len(marks)

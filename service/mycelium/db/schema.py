@@ -36,7 +36,7 @@ SQL_FILES = (
     "transitions.sql", "receipts.sql",
     "messages.sql", "board.sql", "assignments.sql",
     "handles.sql", "conversations.sql", "floors.sql", "participation.sql", "message_search.sql",
-    "engines.sql",
+    "engines.sql", "runs.sql", "flows.sql",
     "digest.sql",
     "negotiations.sql",
     "compiler.sql", "synthesis.sql",

@@ -8,6 +8,6 @@
 * :mod:`~mycelium.engines.persona` — a member played by a model in character;
 * :mod:`~mycelium.engines.models` — the one model seam (scripted, an OpenAI-compatible endpoint, ``pi``).
 
-Nothing here holds state between calls: the database holds every run (``sql/engines.sql``), and
+Nothing here holds state between calls: the database holds every run (``sql/runs.sql``), and
 ``mycelium.workers.engines`` is the loop that claims runs and summons and steps them.
 """
