@@ -26,6 +26,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 from mycelium.db import migrate  # noqa: E402
 from mycelium.db.embedded import EmbeddedPostgres  # noqa: E402
+from tests.support.apps import app_for  # noqa: E402
 from tests.support.hubs import hub_processes, shared_hub, shared_room  # noqa: E402, F401 (fixtures)
 from tests.support.wheel import wheel  # noqa: E402, F401 (the session's one wheel, a fixture)
 
@@ -190,7 +191,6 @@ async def client(db_dsn: str, settings_for, embedder):
     """An HTTP client on the real Litestar app (ASGI, in process) over this test's database."""
     from litestar.testing import AsyncTestClient
 
-    from mycelium.api.app import create_app
     from mycelium.hub import Hub
 
     h = Hub(settings_for(db_dsn, embedder="none"))
@@ -198,6 +198,6 @@ async def client(db_dsn: str, settings_for, embedder):
     def ready(started: Hub) -> None:
         started.embedder = embedder
 
-    app = create_app(h.settings, hub=h, on_ready=ready)
-    async with AsyncTestClient(app=app) as c:
-        yield c
+    with app_for(h, ready) as app:
+        async with AsyncTestClient(app=app) as c:
+            yield c

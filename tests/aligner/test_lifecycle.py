@@ -4,6 +4,7 @@ a member who leaves (the room, or the roster) aborts it as rejected, naming who 
 from __future__ import annotations
 
 import asyncpg
+import pytest
 
 from tests.aligner.conftest import closed, eventually, make_task, run_of, scripted, setup_room, summon, trace
 
@@ -51,6 +52,7 @@ async def test_members_who_already_agree_have_nothing_to_negotiate_and_leave_no_
     assert [m["step"] for m in await trace(admin_conn, run["id"])] == ["opening"]
 
 
+@pytest.mark.slow
 async def test_fewer_than_two_opening_positions_leave_an_explanation_and_no_episode(
     admin_conn: asyncpg.Connection, engines_hub, agents
 ):
@@ -112,6 +114,7 @@ async def test_a_member_removed_from_the_room_aborts_the_negotiation_naming_them
     assert "outcome: **rejected**" in record and "bob left the room" in record
 
 
+@pytest.mark.slow
 async def test_an_operator_thawing_the_roster_aborts_the_negotiation(
     admin_conn: asyncpg.Connection, engines_hub, agents
 ):

@@ -84,6 +84,7 @@ async def test_members_who_never_agree_end_rejected_at_negmas_deadline_with_noth
     assert await admin_conn.fetchval("SELECT count(*) FROM mycelium.floors WHERE episode = $1", episode) == 0
 
 
+@pytest.mark.slow
 async def test_an_unreadable_proposer_never_adopts_the_standing_offer(
     admin_conn: asyncpg.Connection, engines_hub, agents
 ):

@@ -98,13 +98,13 @@ async def gated(db_dsn: str, settings_for, provider: Provider):
     """An HTTP client on the real app with the gate on, trusting the provider and the shared secret."""
     from litestar.testing import AsyncTestClient
 
-    from mycelium.api.app import create_app
     from mycelium.hub import Hub
+    from tests.support.apps import app_for
 
     settings = settings_for(db_dsn, embedder="none", auth=True, auth_issuers=provider.issuers())
-    app = create_app(settings, hub=Hub(settings))
-    async with AsyncTestClient(app=app) as c:
-        yield c
+    with app_for(Hub(settings)) as app:
+        async with AsyncTestClient(app=app) as c:
+            yield c
 
 
 def bearer(token: str) -> dict[str, str]:

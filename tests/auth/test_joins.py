@@ -5,9 +5,9 @@ every replica and opens the private room it joined."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
+import pytest
 
 from mycelium.auth import codes
 from tests.auth.conftest import bearer
@@ -20,6 +20,7 @@ def test_codes_are_normalised_before_hashing():
     assert codes.code_hash(code.upper().replace("-", " ")) == codes.code_hash(code)
 
 
+@pytest.mark.slow
 def test_a_code_minted_on_one_replica_is_redeemed_once_on_another_and_its_token_opens_the_room(
         replicas, provider):
     one, two = (h.url for h in replicas)
@@ -54,6 +55,7 @@ def test_a_code_minted_on_one_replica_is_redeemed_once_on_another_and_its_token_
     assert r.status_code == 401, r.text
 
 
+@pytest.mark.slow
 def test_a_thousand_concurrent_redemptions_of_one_code_give_one_token(replicas, provider):
     one, two = (h.url for h in replicas)
     op = bearer(provider.token("olga", role="operator"))
@@ -71,17 +73,26 @@ def test_a_thousand_concurrent_redemptions_of_one_code_give_one_token(replicas, 
     assert statuses.count(200) == 1 and statuses.count(400) == 999, sorted(set(statuses))
 
 
-def test_an_expired_code_is_refused(replicas, provider):
-    one, _ = (h.url for h in replicas)
+async def test_a_code_redeems_once_in_process_and_an_expired_one_is_refused(gated, provider, admin_conn):
+    """The two join routes on one in-process hub (the replicas' tests above run them across
+    processes): a code opens its room once; one past its expiry is refused like a used one."""
     op = bearer(provider.token("olga", role="operator"))
-    assert httpx.post(one + "/api/rooms", json={"name": "lobby"}, headers=op).status_code == 201
-    code = httpx.post(one + "/api/rooms/lobby/joins", json={"handle": "erin", "ttl_seconds": 1},
-                      headers=op).json()["code"]
-    time.sleep(1.5)
-    r = httpx.post(one + "/api/joins/redeem", json={"code": code})
+    assert (await gated.post("/api/rooms", json={"name": "lobby"}, headers=op)).status_code == 201
+    fresh, old = [(await gated.post("/api/rooms/lobby/joins", json={"handle": h, "ttl_seconds": 600},
+                                    headers=op)).json()["code"] for h in ("erin", "finn")]
+    redeemed = await gated.post("/api/joins/redeem", json={"code": fresh})
+    assert redeemed.status_code == 200, redeemed.text
+    assert redeemed.json()["handle"] == "erin" and redeemed.json()["room"] == "lobby"
+    again = await gated.post("/api/joins/redeem", json={"code": fresh})
+    assert again.status_code == 400 and "used or expired" in again.json()["message"]
+    await admin_conn.execute("UPDATE mycelium.join_codes SET expires_at = now() - interval '1 second' "
+                             "WHERE handle = 'finn'")
+    r = await gated.post("/api/joins/redeem", json={"code": old})
     assert r.status_code == 400 and "used or expired" in r.json()["message"]
+    assert await admin_conn.fetchval("SELECT redeemed_at FROM mycelium.join_codes WHERE handle = 'finn'") is None
 
 
+@pytest.mark.slow
 def test_mycelium_join_keeps_the_membership_for_the_folder_and_acts_as_it(replicas, provider, tmp_path):
     import os
     import stat

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from tests.auth.conftest import bearer
 from tests.support.cli import mycelium
@@ -21,6 +22,7 @@ def cli(url: str, *args: str, token: str | None = None) -> subprocess.CompletedP
     return mycelium(*args, url=url, base=base, env={"MYCELIUM_HANDLE": "alice", **({"MYCELIUM_TOKEN": token} if token else {})})
 
 
+@pytest.mark.slow
 def test_two_gated_replicas_share_the_issuer_and_the_cli_carries_the_token(replicas, provider):
     one, two = (h.url for h in replicas)
     alice = provider.token("alice")

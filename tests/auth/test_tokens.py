@@ -133,6 +133,7 @@ def test_the_hub_does_not_start_gated_without_issuers(db_dsn, settings_for):
         create_app(settings_for(db_dsn, auth=True))
 
 
+@pytest.mark.slow
 async def test_a_remembered_token_is_not_checked_again_until_it_expires(monkeypatch):
     verifier = tokens.TokenVerifier(
         parse_issuers(json.dumps([{"issuer": SECRET_ISSUER, "algorithms": ["HS256"], "secret": SECRET}])),

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.foundation.test_cli_defects import cli, hub_url, room  # noqa: F401 - fixtures
 
 
+@pytest.mark.slow
 def test_board_new_files_dependencies_and_a_parent_and_show_lists_them(hub_url, room):  # noqa: F811
     cli(hub_url, "board", "new", "-r", room, "Schema", "--key", "work/schema")
     cli(hub_url, "board", "new", "-r", room, "Migrate", "--key", "work/migrate")
@@ -38,6 +41,7 @@ def test_a_refused_dependency_files_nothing(hub_url, room):  # noqa: F811
     assert cli(hub_url, "board", "show", "-r", room, "work/b", ok=False).returncode == 1
 
 
+@pytest.mark.slow
 def test_await_lease_wakes_when_a_dependency_settles(hub_url, room):  # noqa: F811
     import os
     import subprocess

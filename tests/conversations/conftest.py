@@ -57,25 +57,25 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def serve(dsn: str, settings_for, **overrides: object) -> AsyncIterator[Served]:
-    from mycelium.api.app import create_app
     from mycelium.hub import Hub
+    from tests.support.apps import app_for
 
     hub = Hub(settings_for(dsn, embedder="none", **overrides))
-    app = create_app(hub.settings, hub=hub)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on", access_log=False, backlog=4096,
-                                           http=HTTP_PROTOCOL))  # as `mycelium up` serves
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.02)
-    try:
-        yield Served(f"http://127.0.0.1:{port}", hub, server)
-    finally:
-        server.should_exit = True
-        await task
+    with app_for(hub) as app:
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                               lifespan="on", access_log=False, backlog=4096,
+                                               http=HTTP_PROTOCOL))  # as `mycelium up` serves
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.02)
+        try:
+            yield Served(f"http://127.0.0.1:{port}", hub, server)
+        finally:
+            server.should_exit = True
+            await task
 
 
 @pytest.fixture

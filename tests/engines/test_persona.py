@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from mycelium.db.queries import query
 from mycelium.engines.models import ModelError, NoModel, ScriptedModel, model_from_env
@@ -205,6 +206,7 @@ async def test_behind_the_token_gate_a_persona_answers_in_a_private_room(admin_c
     assert done["outcome"] == "answered" and done["content"].startswith("Hello"), dict(done)
 
 
+@pytest.mark.slow
 async def test_a_persona_whose_model_takes_its_time_holds_up_no_run(admin_conn, engines_hub, agents, tmp_path):
     """Summons are answered in tasks of their own: while the one worker waits on a slow model for a
     persona's turn, a flow it runs in another thread goes on to its close."""

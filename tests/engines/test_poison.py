@@ -4,6 +4,7 @@ database, and the last closes it failed with the error said in its thread; the o
 from __future__ import annotations
 
 import asyncpg
+import pytest
 
 from mycelium.workers import engines as engines_loop
 from tests.engines.conftest import closed_run, coordinate, eventually, make_task, setup_room
@@ -18,6 +19,7 @@ async def summon_of(conn: asyncpg.Connection, like: str) -> asyncpg.Record | Non
     )
 
 
+@pytest.mark.slow
 async def test_a_summon_that_breaks_every_attempt_is_closed_failed_in_its_thread(
     admin_conn: asyncpg.Connection, engines_hub, agents, monkeypatch
 ):

@@ -249,6 +249,7 @@ async def test_a_word_used_in_different_senses_is_asked_of_those_members_once_th
     assert "1 word(s) used in different senses" in close["content"]
 
 
+@pytest.mark.slow
 async def test_an_unlabelled_reply_is_asked_once_then_kept_and_silence_is_never_agreement(
     admin_conn: asyncpg.Connection, engines_hub, agents
 ):

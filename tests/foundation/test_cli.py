@@ -18,6 +18,7 @@ def cli(url, *args, ok=True, stdin=None):
     return mycelium(*args, url=url, env={"MYCELIUM_HANDLE": "ana"}, ok=True if ok else None, stdin=stdin)
 
 
+@pytest.mark.slow
 def test_rooms_and_memories_from_the_command_line(hub_url, tmp_path):
     cli(hub_url, "room", "create", "atlas", "--title", "Atlas")
     assert "atlas  Atlas" in cli(hub_url, "room", "ls").stdout

@@ -82,6 +82,7 @@ async def test_a_hub_starting_beside_a_serving_one_applies_nothing_and_waits_for
     assert await applied_at(db_dsn) == before
 
 
+@pytest.mark.slow
 async def test_the_old_way_does_wait_for_that_lock(db_dsn):
     """The test above can fail: applying the code while a reader holds the timeline does block."""
     conn = await asyncpg.connect(db_dsn)

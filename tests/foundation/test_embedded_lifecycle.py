@@ -19,6 +19,7 @@ def postgres_running(data_dir) -> bool:
     return EmbeddedPostgres(data_dir)._running()
 
 
+@pytest.mark.slow
 def test_up_stops_cleanly_reuses_its_data_and_recovers_from_kill_9(tmp_path):
     data = tmp_path / "data"
 
@@ -48,6 +49,7 @@ def test_up_stops_cleanly_reuses_its_data_and_recovers_from_kill_9(tmp_path):
     assert not postgres_running(data)
 
 
+@pytest.mark.slow
 def test_two_hubs_share_one_embedded_server_and_the_last_one_stops_it(tmp_path):
     data = tmp_path / "data"
     first = HubProcess(data_dir=data)
@@ -63,6 +65,7 @@ def test_two_hubs_share_one_embedded_server_and_the_last_one_stops_it(tmp_path):
     assert not postgres_running(data)
 
 
+@pytest.mark.slow
 def test_a_stale_postmaster_pid_does_not_block_a_start(tmp_path):
     data = tmp_path / "data"
     hub = HubProcess(data_dir=data)

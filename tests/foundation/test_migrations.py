@@ -44,6 +44,7 @@ async def test_a_blank_database_migrates_up_down_and_up_again(pg_server):
         await pg_server.drop_database(name)
 
 
+@pytest.mark.slow
 async def test_alembic_and_the_cli_migrate_too(pg_server):
     name = await pg_server.create_database(template="template1")
     dsn = pg_server.dsn(name)

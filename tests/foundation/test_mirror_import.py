@@ -65,6 +65,7 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(path.read_text().replace(old, new))
 
 
+@pytest.mark.slow
 def test_the_mirror_round_trips_through_git(hub, db_dsn, tmp_path):
     mirror = seed(hub, "atlas", 10)
     checkout = tmp_path / "checkout"
@@ -90,6 +91,7 @@ def test_the_mirror_round_trips_through_git(hub, db_dsn, tmp_path):
     assert "0 changed, 10 unchanged" in out.stdout and versions(db_dsn) == 11
 
 
+@pytest.mark.slow
 def test_a_file_behind_the_hub_is_refused_as_stale_with_the_difference(hub, db_dsn, tmp_path):
     mirror = seed(hub, "atlas", 2)
     checkout = tmp_path / "checkout"
@@ -110,6 +112,7 @@ def test_a_file_behind_the_hub_is_refused_as_stale_with_the_difference(hub, db_d
     assert httpx.get(f"{hub.url}/api/rooms/atlas/memory/notes/n0").json()["value"]["text"] == "my edit"
 
 
+@pytest.mark.slow
 def test_an_export_restores_into_an_empty_hub_without_force(hub, db_dsn, tmp_path):
     mirror = seed(hub, "atlas", 3)
     backup = tmp_path / "backup"

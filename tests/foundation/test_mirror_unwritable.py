@@ -7,6 +7,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+import pytest
 from litestar.testing import AsyncTestClient
 
 from mycelium.mirror.files import memory_path
@@ -85,6 +86,7 @@ async def test_an_unwritable_file_is_skipped_and_everything_else_is_written(admi
         await conn.close()
 
 
+@pytest.mark.slow
 async def test_the_hub_reports_an_unwritable_file_once_and_keeps_mirroring(
         admin_conn, db_dsn, settings_for, tmp_path):
     from mycelium.api.app import create_app

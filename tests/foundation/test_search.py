@@ -107,6 +107,7 @@ async def test_a_memory_written_in_psql_becomes_searchable(filled, admin_conn, h
     assert result["results"][0]["memory"]["key"] == "by/hand"
 
 
+@pytest.mark.slow
 async def test_a_room_filtered_hnsw_scan_is_never_under_filled(admin_conn):
     """A room whose rows are all farther from the query than another room's must still get its own
     top 10 from the HNSW index (an ordinary filtered HNSW scan returns almost nothing here)."""

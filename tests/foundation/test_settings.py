@@ -122,6 +122,7 @@ async def test_deleting_a_room_takes_its_settings_with_it(client, admin_conn, at
     assert await config_rows(admin_conn) == []
 
 
+@pytest.mark.slow
 def test_settings_from_the_command_line(db_dsn, tmp_path):
     hub = HubProcess(data_dir=tmp_path / "data", database_url=db_dsn)
     hub.wait_ready()

@@ -31,6 +31,7 @@ def build_wheel(folder: Path) -> Path:
     checkout) into ``folder``; the wheel's path."""
     assert not folder.resolve().is_relative_to(REPO_ROOT), folder
     src = folder / "src"
+    src.mkdir(parents=True)
     for name in SOURCES:
         source = REPO_ROOT / name
         if source.is_dir():

@@ -49,6 +49,7 @@ def test_the_backoff_doubles_from_a_second_and_is_capped():
             assert base * 0.9 <= backoff_seconds(failures) <= base * 1.1
 
 
+@pytest.mark.slow
 async def test_a_failing_loop_backs_off_and_shows_as_failing_until_it_succeeds(make_hub, admin_conn):
     attempts: list[float] = []
 

@@ -43,17 +43,27 @@ from mycelium.workers.catalogue import default_loops
 
 
 def create_app(
-    settings: Settings | None = None, *, hub: Hub | None = None,
+    settings: Settings | None = None, *, hub: Hub | Callable[[], Hub] | None = None,
     on_ready: Callable[[Hub], None] | None = None, loops: bool = True,
 ) -> Litestar:
     """The hub's HTTP app; with ``loops`` its process also runs the background loops (a pure HTTP
-    replica leaves them to ``mycelium worker`` processes)."""
+    replica leaves them to ``mycelium worker`` processes). ``hub`` may be a function that gives the
+    hub each time the app starts: one app served over several hubs in turn (building the app costs
+    far more than starting a hub)."""
     settings = settings or load_settings()
-    hub = hub or Hub(settings, loops=default_loops(settings) if loops else [])
+    hubs: Callable[[], Hub]
+    if hub is None or isinstance(hub, Hub):
+        one = hub or Hub(settings, loops=default_loops(settings) if loops else [])
+
+        def hubs() -> Hub:
+            return one
+    else:
+        hubs = hub
     verifier = token_verifier(settings)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        hub = hubs()
         await hub.start()
         app.state.member_tokens = None if verifier is None else await start_gate(hub, verifier)
         app.state.token_verifier = verifier
