@@ -159,9 +159,9 @@ def code_is_current_on(connection: Any) -> bool:
 
 
 def drop_triggers(connection: Any) -> None:
-    """Before a downgrade's revisions run: every trigger of schema mycelium goes (the code of the
-    revision it ends at brings back its own), so no revision's downgrade depends on what a later
-    release named its triggers."""
+    """Before a downgrade's revisions run: every trigger of schema mycelium goes, and every
+    function's comment (the code of the revision it ends at brings back its own), so no revision's
+    downgrade depends on what a later release named its triggers or marked public."""
     run_on(connection, schema.as_owner("""
       DO $drop$
       DECLARE t record;
@@ -171,6 +171,14 @@ def drop_triggers(connection: Any) -> None:
                  WHERE c.relnamespace = 'mycelium'::regnamespace AND NOT g.tgisinternal
         LOOP
           EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.tbl);
+        END LOOP;
+        -- and every function's comment: CREATE OR REPLACE keeps one, so a mark the older code
+        -- does not make would outlive the downgrade
+        FOR t IN SELECT p.oid::regprocedure AS f FROM pg_proc p
+                 JOIN pg_description d ON d.objoid = p.oid AND d.classoid = 'pg_proc'::regclass
+                 WHERE p.pronamespace = 'mycelium'::regnamespace
+        LOOP
+          EXECUTE format('COMMENT ON FUNCTION %s IS NULL', t.f);
         END LOOP;
       END
       $drop$;
