@@ -60,7 +60,16 @@ async def upgrade_on_start(dsn: str) -> bool:
 
     conn = await asyncpg.connect(dsn)
     try:
-        current = await schema.code_is_current(conn)
+        for attempt in range(5):
+            try:
+                current = await schema.code_is_current(conn)
+                break
+            except asyncpg.DeadlockDetectedError:
+                # the read met a replica turning the token gate's row security (ALTER TABLE locks,
+                # sql/privacy.sql), which the deadlock let through: the read is safe to repeat
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.05 * (attempt + 1))
     finally:
         await conn.close()
     if not current:
