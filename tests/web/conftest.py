@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import mycelium
+from tests.support.cli import mycelium, without_proxies
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -45,7 +45,6 @@ def cli(hub_url: str):
     """Run the `mycelium` CLI against the hub, as an agent would."""
 
     def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
-        return mycelium(*args, url=hub_url, base=env, timeout=timeout)
+        return mycelium(*args, url=hub_url, base=without_proxies(), timeout=timeout)
 
     return run
