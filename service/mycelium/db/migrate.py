@@ -52,6 +52,10 @@ async def upgrade_async(dsn: str, revision: str = "head") -> None:
     await asyncio.to_thread(upgrade, dsn, revision)
 
 
+#: how often a start reads whether its code is current when the read keeps meeting a deadlock
+CURRENT_CHECK_ATTEMPTS = 5
+
+
 async def upgrade_on_start(dsn: str) -> bool:
     """A hub's start: migrate to the head unless the database already runs exactly this package's
     code (:func:`mycelium.db.schema.code_is_current`), so replicas starting beside serving ones take
@@ -60,14 +64,14 @@ async def upgrade_on_start(dsn: str) -> bool:
 
     conn = await asyncpg.connect(dsn)
     try:
-        for attempt in range(5):
+        for attempt in range(CURRENT_CHECK_ATTEMPTS):
             try:
                 current = await schema.code_is_current(conn)
                 break
             except asyncpg.DeadlockDetectedError:
                 # the read met a replica turning the token gate's row security (ALTER TABLE locks,
                 # sql/privacy.sql), which the deadlock let through: the read is safe to repeat
-                if attempt == 4:
+                if attempt == CURRENT_CHECK_ATTEMPTS - 1:
                     raise
                 await asyncio.sleep(0.05 * (attempt + 1))
     finally:
