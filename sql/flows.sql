@@ -13,6 +13,14 @@ CREATE OR REPLACE FUNCTION mycelium.flow_vocabulary() RETURNS jsonb LANGUAGE sql
   SELECT {{contract vocabulary.json flow}}::jsonb
 $$;
 
+-- A step's count (rounds, max_rounds): absent, or a whole number, 1 or more.
+CREATE OR REPLACE FUNCTION mycelium.flow_count_ok(p_step jsonb, p_field text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT nullif(p_step -> p_field, 'null') IS NULL
+      OR (jsonb_typeof(p_step -> p_field) = 'number' AND (p_step ->> p_field) ~ '^\d+$'
+          AND (p_step ->> p_field)::numeric >= 1)
+$$;
+
 CREATE OR REPLACE FUNCTION mycelium.flow_problems(p_spec jsonb, p_name text) RETURNS text[]
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
@@ -119,8 +127,7 @@ BEGIN
     IF step_kind <> 'tally' AND (nullif(st -> 'of', 'null') IS NOT NULL OR nullif(st -> 'max_rounds', 'null') IS NOT NULL) THEN
       problems := problems || format('%s: of and max_rounds belong to a tally step', place);
     END IF;
-    IF nullif(st -> 'max_rounds', 'null') IS NOT NULL AND NOT (jsonb_typeof(st -> 'max_rounds') = 'number'
-         AND (st ->> 'max_rounds') ~ '^\d+$' AND (st ->> 'max_rounds')::numeric >= 1) THEN
+    IF NOT mycelium.flow_count_ok(st, 'max_rounds') THEN
       problems := problems || format('%s: max_rounds is a whole number, 1 or more', place);
     END IF;
     nxt := nullif(st -> 'next', 'null');
@@ -145,8 +152,7 @@ BEGIN
     IF coalesce(st ->> 'wait', 'reply') NOT IN ('reply', 'none') THEN
       problems := problems || format('%s: wait is reply or none', place);
     END IF;
-    IF nullif(st -> 'rounds', 'null') IS NOT NULL AND NOT (jsonb_typeof(st -> 'rounds') = 'number'
-         AND (st ->> 'rounds') ~ '^\d+$' AND (st ->> 'rounds')::numeric >= 1) THEN
+    IF NOT mycelium.flow_count_ok(st, 'rounds') THEN
       problems := problems || format('%s: rounds is a whole number, 1 or more', place);
     END IF;
     IF nullif(st -> 'collect', 'null') IS NOT NULL AND NOT (coalesce(st ->> 'collect', '') = ANY (collects)) THEN

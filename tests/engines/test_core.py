@@ -91,6 +91,32 @@ BAD_FLOWS = [
         "a lock step branches on",
     ),
     (
+        {"name": "x", "steps": [{"id": "a", "to": "each", "rounds": 0, "next": "z"}, {"id": "z", "end": "resolved"}]},
+        "rounds is a whole number, 1 or more",
+    ),
+    (
+        {"name": "x", "steps": [{"id": "a", "to": "each", "rounds": "2", "next": "z"}, {"id": "z", "end": "resolved"}]},
+        "rounds is a whole number, 1 or more",
+    ),
+    (
+        {"name": "x", "steps": [{"id": "a", "to": "each", "rounds": 1.5, "next": "z"}, {"id": "z", "end": "resolved"}]},
+        "rounds is a whole number, 1 or more",
+    ),
+    (
+        {"name": "x", "steps": [{"id": "a", "to": "each", "rounds": True, "next": "z"}, {"id": "z", "end": "resolved"}]},
+        "rounds is a whole number, 1 or more",
+    ),
+    (
+        {
+            "name": "x",
+            "steps": [
+                {"id": "t", "kind": "tally", "of": "points", "max_rounds": 0, "next": {"grew": "z"}},
+                {"id": "z", "end": "resolved"},
+            ],
+        },
+        "max_rounds is a whole number, 1 or more",
+    ),
+    (
         {
             "name": "x",
             "steps": [
