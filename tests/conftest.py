@@ -24,6 +24,10 @@ warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# Hubs the suite starts run no SLIM node and no channel publisher unless a test asks for them
+# (tests/slim), so parallel tests never contend for the node's port.
+os.environ.setdefault("MYCELIUM_SLIM", "off")
+
 from mycelium.db import migrate  # noqa: E402
 from mycelium.db.embedded import EmbeddedPostgres  # noqa: E402
 from tests.support.apps import app_for  # noqa: E402

@@ -73,6 +73,21 @@ class Settings(BaseSettings):
     auth_leeway_seconds: float = Field(default=30.0, ge=0, le=300)
     """How far ``exp`` and ``nbf`` may be off (clock skew)."""
 
+    slim: Literal["on", "off"] = "on"
+    """Rooms as SLIM group channels (``MYCELIUM_SLIM=off`` turns them off): every process running the
+    background loops moderates and publishes the rooms whose channel lock it holds."""
+    slim_endpoint: str = "http://127.0.0.1:46357"
+    """The SLIM node the hub's moderators connect to, and members are told to."""
+    slim_serve: bool = True
+    """``mycelium up`` runs that node in its own process when nothing listens there yet (off: the
+    node is run elsewhere, e.g. by ``mycelium slim``)."""
+    slim_secret: str = Field(default_factory=lambda: _dev_slim_secret(), repr=False, min_length=32)
+    """The master secret each room's channel secret is derived from (contracts/slim-wire.json);
+    members need the same one. The default is the development secret: set your own."""
+    slim_identity: Literal["psk", "jwt"] = "psk"
+    """``psk``: a member is who its channel name says (anyone with the room's secret). ``jwt``: every
+    post carries a member token of the token gate for that room, whose ``sub`` is the author."""
+
     def resolved_data_dir(self) -> Path:
         return environment.absolute(self.data_dir)
 
@@ -94,6 +109,12 @@ class _Environment(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         return dict(environment.values(self.settings_cls.model_fields))
+
+
+def _dev_slim_secret() -> str:
+    from mycelium.slim.wire import dev_secret
+
+    return dev_secret()
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -19,10 +19,11 @@ SOURCES = ("pyproject.toml", "README.md", "service", "sql", "migrations", "contr
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """The environment without anything that points at the checkout, its venv or a database."""
+    """The environment without anything that points at the checkout, its venv or a database (but
+    the suite's SLIM switch: its processes run no SLIM node unless a test asks)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "DATABASE_URL")
-           and not k.startswith("MYCELIUM_")}
+           and (not k.startswith("MYCELIUM_") or k == "MYCELIUM_SLIM")}  # the suite's SLIM default
     return {**env, **extra}
 
 

@@ -26,6 +26,7 @@ from mycelium.api import (
     memory,
     rooms,
     skills,
+    slim,
     tasks,
     whoami,
 )
@@ -87,7 +88,7 @@ def create_app(
         TransitionController, ReceiptController,
         engines.EngineController,
         *config.ROUTES,
-        whoami.whoami, *joins.ROUTES, export.export_room,
+        whoami.whoami, *joins.ROUTES, export.export_room, *slim.ROUTES,
         docs.assets_router(),
         *WEB_ROUTES,
     ]

@@ -22,6 +22,7 @@ from litestar import get
 from mycelium import __version__
 from mycelium.api.deps import HubDep
 from mycelium.db import schema
+from mycelium.slim.publisher import report as slim_report
 from mycelium.verbs import HUB_PROCESS, verbs_of
 from mycelium.workers.loop import STUCK_INTERVALS
 from mycelium.workers.supervisor import ALIVE_SECONDS
@@ -78,6 +79,7 @@ async def health(hub: HubDep) -> dict[str, Any]:
         "embedder": {"name": embedder.name, "dimensions": embedder.dimensions} if embedder else None,
         "store_id": row["store_id"],
         "database": "embedded" if hub.embedded is not None else "external",
+        "slim": await slim_report(hub),
         "worker": {
             "worker_id": str(supervisor.worker_id), "kind": supervisor.kind, "host": supervisor.host,
             "pid": supervisor.pid, "started_at": supervisor.started_at,

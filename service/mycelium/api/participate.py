@@ -18,10 +18,10 @@ from litestar.params import FromPath, FromQuery, JSONBody
 from mycelium.api.deps import VERBS, Annotated, HubDep, Query, VerbsDep
 from mycelium.conversations import digest as wake_digest
 from mycelium.conversations.inbox import MAX_WAIT_SECONDS, await_next
-from mycelium.core import markers
 from mycelium.core.envelope import topic_urn
 from mycelium.verbs import Actor
-from mycelium.verbs.messages import ReplyBody, message_read, reply_read
+from mycelium.verbs.messages import ReplyBody, message_read
+from mycelium.verbs.messages import reply as record_reply
 
 
 async def _disconnected(request: Request[Any, Any, Any]) -> None:
@@ -66,10 +66,7 @@ async def await_message(
 @post("/api/rooms/{room:str}/reply", status_code=201, dependencies=VERBS)
 async def reply(verbs: VerbsDep, room: FromPath[str], data: JSONBody[ReplyBody]) -> dict[str, Any]:
     """Record ``handle``'s answer; it lands in ``episode`` (or the room), never implicitly elsewhere."""
-    lifted, prose = markers.lift_reply(data.text)
-    row = await verbs.call(Actor.declared(data.handle), "reply", room=room, handle=data.handle, text=prose,
-                           data=lifted, episode=data.episode)
-    return reply_read(room, row)
+    return await record_reply(verbs, room, data.handle, data.text, data.episode)
 
 
 ROUTES = [await_message, reply]

@@ -22,6 +22,7 @@ INTERRUPTED = 130
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("mycelium.cli.up", "run the hub (HTTP API, workers, embedded database by default)"),
     "worker": ("mycelium.cli.worker", "run the hub's background loops, without HTTP"),
+    "slim": ("mycelium.cli.slim", "run a SLIM node for the rooms' channels, on its own"),
     "db": ("mycelium.cli.db", "database: migrate, open psql"),
     "config": ("mycelium.cli.config", "hub and room settings (show, set, unset)"),
     "room": ("mycelium.cli.room", "rooms: create, ls, show, rm, send, messages, search, watch"),

@@ -46,7 +46,9 @@ def register_room_commands(rsub: argparse._SubParsersAction) -> None:  # type: i
 
     w = rsub.add_parser("watch", help="follow the room's timeline as it grows")
     w.add_argument("--after", type=int, help="start after this position (default: now)")
-    _common(w)
+    w.add_argument("--slim", action="store_true",
+                   help="listen on the room's SLIM channel as a member (--as) instead of HTTP")
+    _common(w, author=True)
     w.set_defaults(func=_watch)
 
 
@@ -142,6 +144,8 @@ def _search(args: argparse.Namespace) -> int:
 def _watch(args: argparse.Namespace) -> int:
     """Follow the stream; when it drops (a hub restart, a network blip) pick up where it left off."""
     room = room_of(args)
+    if args.slim:
+        return _watch_slim(args, room)
     after = args.after
     failures = 0
     try:
@@ -162,3 +166,31 @@ def _watch(args: argparse.Namespace) -> int:
             time.sleep(1.0)
     except KeyboardInterrupt:
         return 0
+
+
+def _watch_slim(args: argparse.Namespace, room: str) -> int:
+    """Follow the room on its SLIM channel, as the member ``--as``."""
+    import asyncio
+
+    from mycelium import environment
+    from mycelium.cli.client import api_url
+    from mycelium.slim.client import Member, MemberRefused
+    from mycelium.slim.runtime import SlimUnavailable
+
+    async def follow() -> None:
+        async with Member(room, handle_of(args), api_url=api_url(), token=environment.token()) as member:
+            print(f"on {room!r}'s SLIM channel as @{member.handle} ({member.endpoint})", file=sys.stderr,
+                  flush=True)
+            async for m in member:
+                if args.after is not None and m["position"] <= args.after:
+                    continue
+                print(json.dumps(m) if args.json else line(m), flush=True)
+
+    try:
+        asyncio.run(follow())
+    except (MemberRefused, SlimUnavailable) as exc:
+        print(f"mycelium room watch --slim: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    return 0

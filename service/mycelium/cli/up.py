@@ -52,7 +52,45 @@ def _announce(settings: Settings, embedded: EmbeddedPostgres | None, workers: in
     if loops:
         lines.append(f"markdown mirror: {settings.resolved_data_dir() / 'rooms'}"
                      if settings.mirror else "markdown mirror: off")
+    lines.append(slim_line(settings, loops))
     print("\n".join(lines), flush=True)
+
+
+def slim_line(settings: Settings, loops: bool) -> str:
+    """What the announcement says of the rooms' SLIM channels."""
+    from mycelium.slim.node import served
+    from mycelium.slim.runtime import available
+    from mycelium.slim.wire import dev_secret
+
+    if settings.slim == "off":
+        return "SLIM channels: off (MYCELIUM_SLIM=off)"
+    missing = available()
+    if missing is not None:
+        return f"SLIM channels: off: {missing}"
+    node = served()
+    where = (f"node in this process on {node.endpoint}" if node is not None
+             else f"node at {settings.slim_endpoint}")
+    secret = " (development secret: set MYCELIUM_SLIM_SECRET)" if settings.slim_secret == dev_secret() else ""
+    publishing = "" if loops else "; published by `mycelium worker` processes"
+    return f"SLIM channels: {where}, identity {settings.slim_identity}{secret}{publishing}"
+
+
+def serve_slim(settings: Settings) -> str | None:
+    """Start the SLIM node in this process when the settings ask for one and nothing listens on its
+    address yet; None, or the one line that says why the hub cannot use SLIM."""
+    from mycelium.slim.node import Node
+    from mycelium.slim.runtime import SlimUnavailable, available, reachable
+
+    if settings.slim == "off" or not settings.slim_serve:
+        return None
+    if available() is not None:
+        return None  # the announcement says SLIM is off, and why
+    try:
+        if not reachable(settings.slim_endpoint, 0.2):  # else: a node is there already; use it
+            Node(settings.slim_endpoint).start()
+    except (SlimUnavailable, ValueError) as exc:
+        return str(exc)
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,6 +125,11 @@ def run(args: argparse.Namespace) -> int:
     settings.resolved_data_dir().mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     loops = not args.no_workers
+    problem = serve_slim(settings)
+    if problem is not None:
+        print(f"mycelium up: SLIM channels: {problem} (MYCELIUM_SLIM=off runs the hub without them)",
+              file=sys.stderr)
+        return 1
     if args.workers > 1:
         return _run_workers(settings, args.workers, args.log_level, loops)
     app = create_app(settings, loops=loops, on_ready=lambda hub: _announce(hub.settings, hub.embedded,

@@ -43,6 +43,7 @@ SQL_FILES = (
     "settings.sql",
     "workers.sql",
     "joins.sql",
+    "slim.sql",
     "audit.sql",
     "privacy.sql",
     "catalogue.sql",

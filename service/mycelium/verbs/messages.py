@@ -11,7 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mycelium.core import markers
 from mycelium.errors import Refusal
+from mycelium.verbs.actor import Actor
+from mycelium.verbs.gateway import Verbs
 
 MESSAGE_TYPES = ("announce", "direct", "broadcast", "delegate", "event")
 EVENT_STATUSES = ("open", "in_progress", "resolved")
@@ -114,6 +117,16 @@ def message_read(row: Any) -> MessageRead:
         parents=[str(p) for p in row["parents"]], mentions=list(row["mentions"]),
         silent_mentions=list(row["silent_mentions"]), edited_at=edited, created_at=row["created_at"],
     )
+
+
+async def reply(verbs: Verbs, room: str, handle: str, text: str, episode: str | None) -> dict[str, Any]:
+    """``handle``'s answer recorded as ``/reply`` records it (its ``[[mycelium: …]]`` markers lifted
+    into the payload, stripped from the prose), on whichever surface it came: HTTP or a room's SLIM
+    channel. Refused by the database as any write is."""
+    lifted, prose = markers.lift_reply(text)
+    row = await verbs.call(Actor.declared(handle), "reply", room=room, handle=handle, text=prose,
+                           data=lifted, episode=episode)
+    return reply_read(room, row)
 
 
 def reply_read(room: str, row: Any) -> dict[str, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mycelium.settings import Settings
+from mycelium.slim.publisher import SLIM
+from mycelium.slim.runtime import available as slim_available
 from mycelium.workers import LOOP_NAMES
 from mycelium.workers.compile import COMPILE
 from mycelium.workers.engines import ENGINES
@@ -15,13 +17,14 @@ from mycelium.workers.receipts import RECEIPTS
 from mycelium.workers.sweeper import SETTINGS, SWEEPER
 
 LOOPS: dict[str, Loop] = {loop.name: loop for loop in (INDEXER, SWEEPER, SETTINGS, MIRROR, RECEIPTS, ENGINES,
-                                                            COMPILE)}
+                                                            COMPILE, SLIM)}
 assert tuple(LOOPS) == LOOP_NAMES, "mycelium.workers.LOOP_NAMES names every loop, in order"
 
 
 def default_loops(settings: Settings, only: Iterable[str] = (), skip: Iterable[str] = ()) -> list[Loop]:
     """The loops a process runs: all of them (``only`` narrows, ``skip`` removes), except the mirror
-    when it is off and the indexer when there is no embedder."""
+    when it is off, the indexer when there is no embedder, and the SLIM channels when they are off
+    or slim-bindings is not installed."""
     chosen, dropped = set(only), set(skip)
     unknown = sorted((chosen | dropped) - LOOPS.keys())
     if unknown:
@@ -29,6 +32,10 @@ def default_loops(settings: Settings, only: Iterable[str] = (), skip: Iterable[s
     off = {"mirror": "the mirror is off"} if not settings.mirror else {}
     if settings.embedder == "none":
         off["indexer"] = "there is no embedder (embedder: none)"
+    if settings.slim == "off":
+        off["slim"] = "rooms as SLIM channels are off (MYCELIUM_SLIM=off)"
+    elif (missing := slim_available()) is not None:
+        off["slim"] = missing
     asked = sorted(chosen & off.keys())
     if asked:
         raise ValueError("; ".join(f"{name} cannot run: {off[name]}" for name in asked))
