@@ -37,6 +37,8 @@ BATCH = 200
 INVITE_SECONDS = 5.0
 #: How long the wait for a delivery confirmation of a batch may take.
 DELIVERY_SECONDS = 5.0
+#: How long closing a channel waits for the node to confirm (members that left never answer).
+CLOSE_SECONDS = 0.5
 #: The longest the publisher sleeps without looking at the timeline (a lost hint costs this much).
 IDLE_SECONDS = 2.0
 
@@ -103,7 +105,7 @@ class RoomChannel:
         if self._session is not None and self._app is not None:
             with contextlib.suppress(Exception):
                 done = await self._app.delete_session_async(self._session)
-                await asyncio.wait_for(done.wait_async(), 2.0)
+                await asyncio.wait_for(done.wait_async(), CLOSE_SECONDS)
         self._session = None
 
     # -- members -----------------------------------------------------------------------------------
