@@ -179,8 +179,8 @@ def _watch_slim(args: argparse.Namespace, room: str) -> int:
 
     async def follow() -> None:
         async with Member(room, handle_of(args), api_url=api_url(), token=environment.token()) as member:
-            print(f"on {room!r}'s SLIM channel as @{member.handle} ({member.endpoint})", file=sys.stderr,
-                  flush=True)
+            print(f"listening on the SLIM channel of {room} as @{member.handle} ({member.endpoint})",
+                  file=sys.stderr, flush=True)
             async for m in member:
                 if args.after is not None and m["position"] <= args.after:
                     continue
