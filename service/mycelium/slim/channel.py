@@ -53,6 +53,10 @@ class RoomChannel:
         self.hub = hub
         self.room = room
         self.published = published
+        """The last position recorded as published (its deliveries confirmed)."""
+        self.sent = published
+        """The last position handed to SLIM."""
+        self._sent: asyncio.Queue[tuple[int, list[Any]]] = asyncio.Queue()
         self._service, self._conn_id, self._mark = service, conn_id, mark
         self._verifier = verifier
         self._verbs = verbs_of(hub, HUB_PRINCIPAL)
@@ -151,17 +155,24 @@ class RoomChannel:
         return await self._session.publish_async(data, wire.payload_type(frame), None)
 
     async def _publishing(self) -> None:
-        while True:
-            self._room_event.clear()
-            published = await self.publish_pending()
-            if published == BATCH:
-                continue
-            await wait_for(self._room_event, IDLE_SECONDS)
+        confirming = asyncio.create_task(self._confirming(), name=f"slim {self.room} confirming")
+        try:
+            while True:
+                self._room_event.clear()
+                published = await self.publish_pending()
+                if published == BATCH:
+                    continue
+                await wait_for(self._room_event, IDLE_SECONDS)
+        finally:
+            confirming.cancel()
+            with contextlib.suppress(BaseException):
+                await confirming
 
     async def publish_pending(self) -> int:
-        """Publish what the timeline gained after the recorded position (one batch), wait for the
-        deliveries, then record the new position. How many were published."""
-        rows = await self._verbs.call(HUB_PROCESS, "messages_after", room=self.room, after=self.published,
+        """Publish what the timeline gained after the last position published (one batch); its
+        deliveries are confirmed, and the position recorded, by :meth:`_confirming`, so the next
+        batch does not wait for them. How many were published."""
+        rows = await self._verbs.call(HUB_PROCESS, "messages_after", room=self.room, after=self.sent,
                                       limit=BATCH)
         if not rows:
             return 0
@@ -170,16 +181,24 @@ class RoomChannel:
             body = message_read(row).model_dump(mode="json")
             data = wire.encode("message", room=self.room, position=row["position"], message=body)
             handles.append(await self._publish(data, "message"))
-        if self._invited:
-            waits = (asyncio.wait_for(h.wait_async(), DELIVERY_SECONDS) for h in handles)
-            results = await asyncio.gather(*waits, return_exceptions=True)
-            failed = sum(isinstance(r, BaseException) for r in results)
-            if failed:
-                # a member that vanished without leaving: the message still went to the others
-                self.delivery_failures += failed
-                self._roster_changed.set()
-        self.published = await self._mark(rows[-1]["position"])
+        self.sent = rows[-1]["position"]
+        self._sent.put_nowait((self.sent, handles))
         return len(rows)
+
+    async def _confirming(self) -> None:
+        """Record each batch's last position once the node has confirmed its deliveries, in order:
+        a crash before that leaves the batch to be published again (same ids), never skipped."""
+        while True:
+            position, handles = await self._sent.get()
+            if self._invited:
+                waits = (asyncio.wait_for(h.wait_async(), DELIVERY_SECONDS) for h in handles)
+                results = await asyncio.gather(*waits, return_exceptions=True)
+                failed = sum(isinstance(r, BaseException) for r in results)
+                if failed:
+                    # a member that vanished without leaving: the message still went to the others
+                    self.delivery_failures += failed
+                    self._roster_changed.set()
+            self.published = await self._mark(position)
 
     # -- posts -------------------------------------------------------------------------------------
 
