@@ -149,6 +149,27 @@ async def slim_row(hub: HubProcess, http: Pool, rate: float, seconds: float, pid
             "post_p50": statistics.median(posts)}
 
 
+async def post_row(hub: HubProcess, rate: float, seconds: float, pids: tuple[int, int, int | None],
+                   run: int) -> dict[str, float]:
+    """A member posts over the channel and waits for the hub's answer (request/response over SLIM,
+    one post at a time, at most ``rate`` a second)."""
+    import mycelium.slim
+
+    latencies: list[float] = []
+    n = int(rate * seconds)
+    async with mycelium.slim.join(ROOM, f"speaker{run}", api_url=hub.url) as member:
+        cpu0 = (tree_cpu(pids[0]), tree_cpu(pids[1]), tree_cpu(pids[2]) if pids[2] else 0.0, self_cpu())
+        for i in range(n):
+            start = time.monotonic()
+            await member.post(f"run{run} said {i}")
+            latencies.append((time.monotonic() - start) * 1000)
+            await asyncio.sleep(max(0.0, 1 / rate - (time.monotonic() - start)))
+        cpu1 = (tree_cpu(pids[0]), tree_cpu(pids[1]), tree_cpu(pids[2]) if pids[2] else 0.0, self_cpu())
+    used = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
+    return {"p50": statistics.median(latencies), "p99": pct(latencies, 0.99), "n": n,
+            "cpu_ms": 1000 * sum(used) / n, "parts": [1000 * u / n for u in used]}
+
+
 async def await_row(hub: HubProcess, http: Pool, rate: float, seconds: float,
                     pids: tuple[int, int, int | None], run: int) -> dict[str, float]:
     host, port = "127.0.0.1", hub.port
@@ -208,11 +229,12 @@ async def measure(args: argparse.Namespace) -> None:
             from mycelium.slim import wire
 
             size = len(wire.encode("message", room=ROOM, position=sample["position"], message=sample))
-            rows: dict[str, list[dict[str, float]]] = {"raw": [], "slim": [], "await": []}
+            rows: dict[str, list[dict[str, float]]] = {"raw": [], "slim": [], "await": [], "post": []}
             for run in range(args.runs):
                 rows["raw"].append(await raw_row(endpoint, args.rate, args.seconds, size, node.proc.pid))
                 rows["slim"].append(await slim_row(hub, http, args.rate, args.seconds, pids, run))
                 rows["await"].append(await await_row(hub, http, args.rate, args.seconds, pids, run))
+                rows["post"].append(await post_row(hub, args.rate, args.seconds / 2, pids, run))
         finally:
             hub.stop()
             node.stop()
@@ -222,7 +244,8 @@ async def measure(args: argparse.Namespace) -> None:
 def report(args: argparse.Namespace, rows: dict[str, list[dict[str, float]]], size: int) -> None:
     names = {"raw": "raw SLIM publish -> receive, MLS group (the limit)",
              "slim": "POST /messages -> received on the room's SLIM channel",
-             "await": "POST /messages -> GET /await returns (HTTP path)"}
+             "await": "POST /messages -> GET /await returns (HTTP path)",
+             "post": "a member's post over SLIM -> the hub's answer back (one at a time)"}
     out = []
     medians = {}
     for key, runs in rows.items():
@@ -253,6 +276,12 @@ The hub's p50, end to end, is {ratio:.1f}x the raw SLIM p50 (target: at most 2x)
 POST itself (its 201 came back after {post:.2f} ms p50: HTTP, the write gate, the commit); what the
 channel adds after the commit is at most {added:.2f} ms p50 ({added / medians["raw"]:.1f}x the raw hop): the
 commit's wake hint, one read of the timeline, the frame, and the hop through the node.
+
+The last row is request/response over the channel, where the bindings' sockets without TCP_NODELAY
+(slim-bindings 3.3.8 has no option for it) can cost a delayed-ACK wait per change of direction.
+The hub does not wait on the node's delivery confirmations before publishing the next messages
+(they come some 40 ms after a publish for the same reason): it records a batch's position once
+they have come, behind the stream.
 """
     print(text)
     if not args.no_write:

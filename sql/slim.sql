@@ -32,6 +32,7 @@ CREATE OR REPLACE FUNCTION mycelium.slim_lock_key(p_room text) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT ('x' || substr(md5('mycelium.slim:' || p_room), 1, 16))::bit(64)::bigint
 $$;
+COMMENT ON FUNCTION mycelium.slim_lock_key IS 'public inlined: the room''s publisher lock (pg_locks shows it)';
 
 -- Does this session hold the room's publisher lock?
 CREATE OR REPLACE FUNCTION mycelium.slim_publishing(p_room text) RETURNS boolean

@@ -118,3 +118,19 @@ async def test_health_reports_the_channels_this_process_publishes(slim_hub):
         await asyncio.sleep(0.05)
     assert slim["state"] == "on" and slim["reachable"] and slim["channels"] == ["atlas"]
     assert slim["secret"] == "development" and slim["identity"] == "psk"
+
+
+async def test_a_member_the_private_room_drops_is_removed_from_its_channel(slim_hub, admin_conn):
+    await create_room(slim_hub, "vault", is_public=False, owner="lead", members=["api"])
+    async with slim_hub.member("vault", "api") as api:
+        await api.post("still here")
+        assert (await api.next(10))["content"] == "still here"
+        await admin_conn.execute("UPDATE mycelium.rooms SET members = '{}' WHERE name = 'vault'")
+        await asyncio.wait_for(api.removed.wait(), 10)  # the moderator heard, and removed api
+        async with slim_hub.http() as http:
+            r = await http.post("/api/rooms/vault/reply", json={"handle": "lead", "text": "api may not read this"})
+            assert r.status_code == 201
+        with pytest.raises(TimeoutError):
+            await api.next(2)
+    assert (await slim_hub.channel("vault"))["members"] == []
+

@@ -65,6 +65,8 @@ class Member:
         self._moderator: Any = None  # the context of the moderator's last frame: where posts go
         self._session: Any = None
         self._invited = asyncio.Event()
+        self.removed = asyncio.Event()
+        """Set while the moderator has taken this member off the channel (a new invitation clears it)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._app: Any = None
         self._http: httpx.AsyncClient | None = None
@@ -143,6 +145,7 @@ class Member:
                 continue  # no invitation this second
             self.sessions += 1
             self._session = session
+            self.removed.clear()
             self._spawn(self._read(session))
 
     async def _read(self, session: Any) -> None:
@@ -153,6 +156,9 @@ class Member:
             except slim.SlimError as exc:
                 if "timeout" in str(exc).lower() and session is self._session:
                     continue
+                if session is self._session:  # closed by the moderator: taken off the channel
+                    self._session = self._moderator = None
+                    self.removed.set()
                 return  # closed, or replaced by a newer session
             try:
                 frame = wire.decode(bytes(received.payload))
