@@ -70,7 +70,10 @@ async def test_a_killed_publisher_s_room_is_taken_over_with_no_gap_and_no_repeat
         doomed.proc.wait(timeout=10)
         await writer
         while len(got) < TOTAL:
-            got.append(await member.next(30))
+            try:
+                got.append(await member.next(60))
+            except TimeoutError:
+                pytest.fail(f"{len(got)} of {TOTAL} arrived; the survivor's log:\n{survivor.log.read_text()}")
         assert member.sessions >= 2, "the member followed the new moderator"
     assert [m["position"] for m in got] == list(range(1, TOTAL + 1))  # no gap, in order
     assert len({m["id"] for m in got}) == TOTAL  # each once (repeats are dropped by id)

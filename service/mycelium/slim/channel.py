@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,8 @@ BATCH = 200
 INVITE_SECONDS = 5.0
 #: How long the wait for a delivery confirmation of a batch may take.
 DELIVERY_SECONDS = 5.0
+#: The longest wait before inviting again a member whose invitation failed.
+RETRY_CAP_SECONDS = 60.0
 #: How long closing a channel waits for the node to confirm (members that left never answer).
 CLOSE_SECONDS = 0.5
 #: The longest the publisher sleeps without looking at the timeline (a lost hint costs this much).
@@ -63,6 +66,8 @@ class RoomChannel:
         self._app: Any = None
         self._session: Any = None
         self._invited: set[str] = set()
+        self._failed: dict[str, tuple[int, float, Any]] = {}
+        """Per handle not invited: failures in a row, when to try again, and the join it was for."""
         self._wake = asyncio.Event()
         self._roster_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -122,32 +127,44 @@ class RoomChannel:
 
     async def sync_members(self) -> None:
         """Invite whoever the database lists and the channel lacks; remove whoever it lists no more.
-        An invitation that fails (the member is not listening) is tried again at the next look."""
+        An invitation that fails (the member is not listening: gone without leaving, or holding
+        another secret) is tried again after 1, 2, 4 … :data:`RETRY_CAP_SECONDS` seconds, or at once
+        when the member asks to join again."""
         slim = bindings()
         rows = await self._verbs.call(HUB_PROCESS, "slim_roster", room=self.room)
-        wanted = {r["handle"] for r in rows}
-        for handle in sorted(self._invited - wanted):
+        wanted = {r["handle"]: r["joined_at"] for r in rows}
+        for handle in sorted(self._invited - wanted.keys()):
             member = slim.Name.from_string(wire.member_name(self.room, handle))
             with contextlib.suppress(Exception):
                 done = await self._session.remove_async(member)
                 await asyncio.wait_for(done.wait_async(), INVITE_SECONDS)
             self._invited.discard(handle)
-        retry = False
-        for handle in sorted(wanted - self._invited):
+        now = time.monotonic()
+        later: list[float] = []
+        for handle in sorted(wanted.keys() - self._invited):
+            failures, not_before, asked = self._failed.get(handle, (0, 0.0, None))
+            if asked == wanted[handle] and now < not_before:
+                later.append(not_before)
+                continue
             member = slim.Name.from_string(wire.member_name(self.room, handle))
             try:
                 await self._app.set_route_async(member, self._conn_id)
                 done = await self._session.invite_async(member)
                 await asyncio.wait_for(done.wait_async(), INVITE_SECONDS)
             except Exception as exc:  # not listening yet, gone, or holding another secret
-                log.info("slim %s: @%s not invited (%s)", self.room, handle, exc)
-                retry = True
+                failures = failures + 1 if asked == wanted[handle] else 1
+                wait = min(RETRY_CAP_SECONDS, 2.0 ** (failures - 1))
+                self._failed[handle] = (failures, time.monotonic() + wait, wanted[handle])
+                later.append(time.monotonic() + wait)
+                log.info("slim %s: @%s not invited (%s); next try in %g s", self.room, handle, exc, wait)
                 continue
+            self._failed.pop(handle, None)
             self._invited.add(handle)
             head = await self._verbs.call(HUB_PROCESS, "timeline_head", room=self.room)
             await self._publish(wire.encode("welcome", room=self.room, handle=handle, head=head), "welcome")
-        if retry:
-            asyncio.get_running_loop().call_later(1.0, self._roster_changed.set)
+        if later:
+            delay = max(0.0, min(later) - time.monotonic())
+            asyncio.get_running_loop().call_later(delay, self._roster_changed.set)
 
     # -- publishing --------------------------------------------------------------------------------
 
