@@ -40,7 +40,7 @@ CREATE TABLE mycelium.engine_summons (
   episode text NOT NULL,
   sender text NOT NULL,
   content text NOT NULL,
-  how text NOT NULL CONSTRAINT summon_how CHECK (how IN ('mention', 'addressed')),
+  how text NOT NULL CONSTRAINT summon_how CHECK (how IN ('mention', 'addressed', 'filed', 'completed')),
   state text NOT NULL DEFAULT 'pending' CONSTRAINT summon_state CHECK (state IN ('pending', 'done')),
   taken_by text,
   taken_until timestamptz,
@@ -52,10 +52,14 @@ CREATE TABLE mycelium.engine_summons (
   error text,
   created_at timestamptz NOT NULL DEFAULT now(),
   done_at timestamptz,
+  row_key text,
   PRIMARY KEY (room, id),
   CONSTRAINT one_summon_per_message UNIQUE (room, message_id, engine)
 );
 CREATE INDEX engine_summons_pending ON mycelium.engine_summons (id) WHERE state = 'pending';
+-- a parent whose parts are all settled is given to its combiner once (worker_engine.sql)
+CREATE UNIQUE INDEX engine_summons_one_completion ON mycelium.engine_summons (room, row_key)
+  WHERE how = 'completed';
 
 CREATE TABLE mycelium.persona_turns (
   room text NOT NULL,
@@ -102,8 +106,9 @@ CREATE OR REPLACE TRIGGER t60_messages_admit_engine BEFORE INSERT ON mycelium.me
   FOR EACH ROW EXECUTE FUNCTION mycelium.messages_admit_engine();
 
 -- Record the summons a message makes, in its own transaction. A text @-mention of a registered
--- engine summons it (unless an engine wrote the text); a persona is also summoned by a message
--- addressed to it (its recipients), as a conductor's turn is. The engine workers wait on
+-- engine summons it (unless an engine wrote the text); a persona or a worker is also summoned by a
+-- message addressed to it (its recipients), as a conductor's turn is; a board notice may summon a
+-- worker (summon_workers_by_notice). The engine workers wait on
 -- mycelium_engines alone: a summon hints the room's name there; a message from a member an open run
 -- of the thread waits for, after its question, hints '<room>\t<run id>' (the worker holding the run
 -- reads whether it is due: run_replies and due_engine_runs). Other messages wake no engine worker.
@@ -114,8 +119,12 @@ DECLARE
   hinted text;
   waited bigint;
 BEGIN
+  IF NEW.kind = 'exchange' AND NEW.payload_type = 'notice' THEN
+    PERFORM mycelium.summon_workers_by_notice(NEW.room, NEW.id, NEW.position, NEW.payload);  -- worker_engine.sql
+    RETURN NULL;
+  END IF;
   IF NEW.kind <> 'exchange' OR coalesce(NEW.subkind, '') = 'amend'
-     OR NEW.payload_type IN ('ping', 'notice', 'presence', 'keepalive') THEN
+     OR NEW.payload_type IN ('ping', 'presence', 'keepalive') THEN
     RETURN NULL;
   END IF;
   IF NEW.payload_type IN ('message', 'reply') THEN
@@ -139,8 +148,12 @@ BEGIN
          CASE WHEN e.handle = ANY (NEW.mentions) AND NOT from_engine THEN 'mention' ELSE 'addressed' END
   FROM mycelium.engines e
   WHERE e.room = NEW.room AND e.handle <> me
+    -- a worker named in a conductor's directive ("@conductor swarm @ann @bob: …") is its cast:
+    -- the run addresses it in turn, the directive itself is no turn of the worker's
+    AND NOT (e.kind = 'worker' AND e.handle <> ALL (NEW.recipients) AND EXISTS (
+      SELECT 1 FROM mycelium.engines c WHERE c.room = NEW.room AND c.kind = 'conductor' AND c.handle = ANY (NEW.mentions)))
     AND ((e.handle = ANY (NEW.mentions) AND NOT from_engine)
-         OR (e.kind = 'persona' AND e.handle = ANY (NEW.recipients)))
+         OR (e.kind IN ('persona', 'worker') AND e.handle = ANY (NEW.recipients)))
   ON CONFLICT DO NOTHING;
   IF FOUND THEN
     hinted := mycelium.wake_hint('mycelium_engines', NEW.room);
@@ -258,6 +271,17 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION mycelium.summon_failed IS 'public write';
+
+-- Keep the summons p_worker is still answering (p_ids) for another p_lease_seconds: a turn that
+-- takes longer than a lease (a worker's agent command, a slow model) is not taken by another worker
+-- while its own is alive. Returns the ids still held (one missing was taken over or closed).
+CREATE OR REPLACE FUNCTION mycelium.renew_engine_summons(p_worker text, p_ids bigint[], p_lease_seconds double precision)
+RETURNS SETOF bigint LANGUAGE sql AS $$
+  UPDATE mycelium.engine_summons s SET taken_until = now() + make_interval(secs => p_lease_seconds)
+  WHERE s.id = ANY (p_ids) AND s.state = 'pending' AND s.taken_by = p_worker
+  RETURNING s.id
+$$;
+COMMENT ON FUNCTION mycelium.renew_engine_summons IS 'public write';
 
 -- The summon p_worker holds, locked; 409 when another worker took it over (or it is done).
 CREATE OR REPLACE FUNCTION mycelium.held_summon(p_room text, p_id bigint, p_worker text)

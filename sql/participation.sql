@@ -75,6 +75,7 @@ LANGUAGE sql STABLE AS $$
     (SELECT last FROM mycelium.message_positions WHERE room = p_room),
     0)
 $$;
+COMMENT ON FUNCTION mycelium.inbox_anchor IS 'public inlined: where a handle''s inbox starts when it is first seen';
 
 -- Refresh p_handle's presence in p_room for presence.ttl_seconds, or p_hold_seconds if longer. A
 -- lease that already runs that long (within 10 s) is left alone: a poll loop costs no write.

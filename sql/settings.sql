@@ -22,7 +22,19 @@ INSERT INTO mycelium.setting_kinds (name, value_type, default_value, min_value, 
   ('presence.ttl_seconds', 'number', '90', 1, 86400,
    'How long a handle stays present after its last await, in seconds.'),
   ('auth.gate', 'boolean', 'false', NULL, NULL,
-   'The token gate is on: a private room is seen only by its owner, its members and operators.');
+   'The token gate is on: a private room is seen only by its owner, its members and operators.'),
+  ('runners.wake_grace_seconds', 'number', '1', 0, 600,
+   'How long a wake of a present handle waits for one of its processes to take the message before its runner starts one.'),
+  ('runners.pause_after', 'number', '5', 1, 1000,
+   'A runner whose jobs failed this many times in a row pauses until an operator resumes it.'),
+  ('workers.timeout_seconds', 'number', '600', 1, 86400,
+   'How long one turn of a worker engine''s agent command may run before it is stopped and counted as failed.'),
+  ('workers.max_turns_per_room', 'number', '50', 1, 100000,
+   'How many turns a worker engine takes in one room; past it, a summon is answered with a refusal.'),
+  ('workers.tools', 'boolean', 'true', NULL, NULL,
+   'A worker engine runs its agent command in its worktree; off, it is write-only: the hub''s model answers, nothing runs.'),
+  ('files.max_bytes', 'number', '268435456', 0, 1099511627776,
+   'The largest file a room takes, in bytes; a bigger upload is refused (413) and nothing of it is stored.');
 
 -- Why a value does not fit a setting, or NULL when it does.
 CREATE OR REPLACE FUNCTION mycelium.setting_problem(k mycelium.setting_kinds, p_value jsonb) RETURNS text

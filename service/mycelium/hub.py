@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -21,6 +22,10 @@ from mycelium.embed import Embedder, make_embedder
 from mycelium.settings import Settings
 from mycelium.workers.loop import Loop
 from mycelium.workers.supervisor import Kind, Supervisor
+
+log = logging.getLogger("mycelium.hub")
+#: how long a stop waits for the pool's connections to come back before closing them
+POOL_CLOSE_SECONDS = 10.0
 
 
 @dataclass
@@ -84,7 +89,12 @@ class Hub:
             with contextlib.suppress(Exception):
                 await self.embedder.aclose()
         if self.pool is not None:
-            await self.pool.close()
+            try:  # a graceful close waits for every connection back: a stop never waits for ever
+                await asyncio.wait_for(self.pool.close(), POOL_CLOSE_SECONDS)
+            except TimeoutError:
+                log.warning("the pool did not close within %s s (a connection was not given back): "
+                            "its connections are closed now", POOL_CLOSE_SECONDS)
+                self.pool.terminate()
             self.pool = None
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.detach)

@@ -44,7 +44,7 @@ TRIGGERS = """
 MESSAGES_INSERT = [
     "t50_guard_room_write", "t55_messages_admit", "t60_messages_admit_engine", "t65_messages_before_insert",
     "t70_audit_forced_release", "t75_messages_after_insert", "t80_messages_follow_up",
-    "t85_messages_summon_engines",
+    "t85_messages_summon_engines", "t86_messages_wake_runners",
 ]
 MEMORIES_UPDATE = [
     "t10_board_rows_no_lease_fields", "t50_guard_room_write", "t60_memories_before_update",

@@ -80,7 +80,7 @@ async def test_one_leader_per_loop_hands_over_within_a_lease_after_kill_9(db_dsn
         assert {lp["loop"]: lp["state"] for lp in w["loops"]} == {
             "sweeper": "running" if w["worker_id"] == body["leaders"]["sweeper"] else "waiting",
             "settings": "done", "receipts": "running", "engines": "running", "compile": "running",
-            "mirror": "running" if w["worker_id"] == body["leaders"]["mirror"] else "waiting"}
+            "runners": "running", "mirror": "running" if w["worker_id"] == body["leaders"]["mirror"] else "waiting"}
     assert set(body["leaders"]) == {"sweeper", "mirror"}
 
     (sweeper_leader,) = await leaders(admin_conn, "sweeper")
@@ -195,7 +195,8 @@ async def test_a_mirror_that_cannot_write_warns_and_the_process_shows_as_degrade
     spawned.append(hub)
     first = hub.wait_ready()
     assert first["status"] == "ok" and {lp["loop"] for lp in first["loops"]} == {"sweeper", "settings", "mirror",
-                                                                                 "receipts", "engines", "compile"}
+                                                                                 "receipts", "engines", "compile",
+                                                                                 "runners"}
     await admin_conn.execute("SELECT mycelium.create_room('broken')")
     await admin_conn.execute("SELECT 1 FROM mycelium.write_memory('broken', 'note', '\"cannot be written\"', 'psql')")
 
@@ -217,7 +218,7 @@ async def test_a_mirror_that_cannot_write_warns_and_the_process_shows_as_degrade
     # the others are fine, and keep beating
     assert {lp["loop"]: lp["state"] for lp in body["loops"]} == {
         "sweeper": "running", "settings": "done", "receipts": "running", "mirror": "running",
-        "engines": "running", "compile": "running"}
+        "engines": "running", "compile": "running", "runners": "running"}
     assert hub.signal(signal.SIGTERM) == 0
 
 
@@ -232,7 +233,7 @@ def test_the_worker_refuses_unknown_loops_and_a_missing_database(tmp_path):
     assert unknown.returncode == 2 and "no loop named cleanup" in unknown.stderr
     off = worker("--only", "mirror", "--no-mirror")
     assert off.returncode == 2 and "mirror cannot run: the mirror is off" in off.stderr
-    nothing = worker("--skip", "indexer,sweeper,settings,mirror,receipts,engines,compile")
+    nothing = worker("--skip", "indexer,sweeper,settings,mirror,receipts,engines,compile,runners")
     assert nothing.returncode == 2 and "no loop left" in nothing.stderr
     missing = worker("--only", "sweeper")
     assert missing.returncode == 1 and f"no hub database in {tmp_path / 'd' / 'pg'}" in missing.stderr

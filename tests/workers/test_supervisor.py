@@ -157,3 +157,28 @@ async def test_one_process_leads_and_the_lead_passes_when_it_stops(make_hub, adm
         for hub in (first, second):
             if hub.supervisor is not None:
                 await hub.stop()
+
+
+async def test_a_loop_that_swallows_its_cancellation_is_cancelled_again_and_the_stop_ends(make_hub, admin_conn):
+    """Python 3.11's asyncio.wait_for can swallow a cancellation that lands as its wait completes;
+    a loop caught so goes on, and a stop that cancelled it once would wait for ever."""
+    swallowed: list[int] = []
+
+    async def stubborn(ctx: LoopContext) -> None:
+        while True:
+            try:
+                ctx.succeeded()
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed.append(1)  # as wait_for would: the first cancellation is lost
+
+    hub = await make_hub(Loop("stubborn", stubborn, interval=0.1))
+    await eventually(lambda: admin_conn.fetchval(
+        "SELECT state = 'running' FROM mycelium.worker_loops WHERE loop = 'stubborn'"))
+    stopping = asyncio.ensure_future(hub.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=10)
+    assert done, "the stop still waits for the loop it cancelled once"
+    await stopping
+    assert swallowed == [1]

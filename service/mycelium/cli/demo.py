@@ -30,10 +30,12 @@ WORK_SECONDS = 1.5
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("demo")
-    p.add_argument("what", nargs="?", choices=("redispatch", "flow", "negotiate"), default="redispatch",
+    p.add_argument("what", nargs="?", choices=("redispatch", "flow", "negotiate", "swarm"),
+                   default="redispatch",
                    help="redispatch (the default): the duplicated side effect and the ledger's fix, two "
                         "processes; flow: a conductor running review then concord with two scripted members; "
-                        "negotiate: the aligner bringing two scripted members to an agreement on NEGMAS")
+                        "negotiate: the aligner bringing two scripted members to an agreement on NEGMAS; "
+                        "swarm: three scripted workers taking a goal to its end in their own git worktrees")
     p.add_argument("--database-url", help="use this PostgreSQL instead of a temporary embedded one")
     p.add_argument("--redis", nargs="?", const="start", metavar="URL",
                    help="a Redis ledger instead: the server at URL, or (no URL) a redis-server of its own")
@@ -131,6 +133,10 @@ def _redispatch(mode: str, store_url: str, folder: Path) -> tuple[int, dict[str,
 def run(args: argparse.Namespace) -> int:
     from mycelium.cli.client import fail
 
+    if args.what == "swarm":
+        from mycelium.engines.demo_swarm import run as run_swarm
+
+        return run_swarm(keep=args.keep)
     if args.what in ("flow", "negotiate"):
         if args.redis or args.database_url:
             fail(f"demo {args.what} runs on a temporary embedded database of its own: "

@@ -20,7 +20,11 @@ INTERRUPTED = 130
 
 #: command -> (module, one line of help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "up": ("mycelium.cli.up", "run the hub (HTTP API, workers, embedded database by default)"),
+    "up": ("mycelium.cli.up", "run the hub (HTTP API, workers, embedded database by default; -d: detached)"),
+    "status": ("mycelium.cli.stack", "how the hub is: its database, workers, loops and SLIM, one line each"),
+    "logs": ("mycelium.cli.stack", "the background hub's log (-f: follow it)"),
+    "down": ("mycelium.cli.stack", "stop the hub `mycelium up -d` started"),
+    "doctor": ("mycelium.cli.doctor", "check the set-up: Python, PostgreSQL, folders, ports, model, clocks"),
     "worker": ("mycelium.cli.worker", "run the hub's background loops, without HTTP"),
     "slim": ("mycelium.cli.slim", "run a SLIM node for the rooms' channels, on its own"),
     "db": ("mycelium.cli.db", "database: migrate, open psql"),
@@ -41,6 +45,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "init": ("mycelium.cli.init", "write a starter mycelium.yaml and a ledgered tool (--minimal, --full)"),
     "engine": ("mycelium.cli.engines", "engines: create, ls, invoke, flows, episodes"),
     "agent": ("mycelium.cli.engines", "the room's members: ls (people, agents, engines)"),
+    "runner": ("mycelium.cli.runner", "start agents when they are woken: add, ls, rm, test, jobs, approve"),
+    "file": ("mycelium.cli.file", "a room's files: put, get (--range), ls, rm"),
+    "swarm": ("mycelium.cli.swarm", 'a team works a goal: swarm "<goal>" --team @lead @b @c (--wait, --ls)'),
 }
 
 

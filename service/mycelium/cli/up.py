@@ -34,6 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="HTTP processes serving this port (replicas on one database; default 1)")
+    p.add_argument("-d", "--detach", action="store_true",
+                   help="run in the background (log: <data>/hub.log; `mycelium status`, `logs`, `down`)")
     p.set_defaults(func=run)
 
 
@@ -115,6 +117,17 @@ def run(args: argparse.Namespace) -> int:
     except IssuerConfigError as exc:
         print(f"mycelium up: the token gate cannot start: {exc}", file=sys.stderr)
         return 2
+    if not settings.database_url:  # the embedded server: said in one line what would stop it starting
+        from mycelium.doctor import data_folder, embedded_binaries
+
+        for check in (embedded_binaries(settings), data_folder(settings)):
+            if check.state == "fail":
+                print(f"mycelium up: {check.name}: {check.detail}", file=sys.stderr)
+                return 1
+    if args.detach and (running := background(settings)) is not None:
+        print(f"mycelium up: a hub already runs in the background here (pid {running['pid']}, "
+              f"{running['url']}): `mycelium down` stops it", file=sys.stderr)
+        return 1
     busy = port_in_use(settings.host, settings.port)
     if busy is not None:
         print(f"mycelium up: cannot listen on {settings.host}:{settings.port}: {busy} "
@@ -123,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
     if args.no_mirror:
         settings = settings.model_copy(update={"mirror": False})
     settings.resolved_data_dir().mkdir(parents=True, exist_ok=True)
+    if args.detach:
+        return detach(settings)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     loops = not args.no_workers
     problem = serve_slim(settings)
@@ -140,6 +155,58 @@ def run(args: argparse.Namespace) -> int:
     server = Server(config)
     server.run()
     return 0 if server.started else 1
+
+
+def background(settings: Settings) -> dict[str, object] | None:
+    """The record of the hub ``up -d`` left running in this data folder, if it still runs."""
+    from mycelium.cli.stack import alive, read_pid
+
+    running = read_pid(settings.resolved_data_dir())
+    return running if running is not None and alive(int(running["pid"])) else None
+
+
+def detach(settings: Settings, timeout: float = 180.0) -> int:
+    """``up -d``: this same command line without ``-d``, in a session of its own, its output in
+    ``<data>/hub.log``; returns once its ``/health`` answers (or it failed, showing its log's end)."""
+    import subprocess
+    import time
+
+    import httpx
+
+    from mycelium.cli.stack import LOG_FILE, PID_FILE, write_pid
+
+    folder = settings.resolved_data_dir()
+    argv = [a for a in sys.argv[1:] if a not in ("-d", "--detach")]
+    if "up" not in argv:
+        argv = ["up", *argv]
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    url = f"http://{host}:{settings.port}"
+    with open(folder / LOG_FILE, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "mycelium.cli.main", *argv], stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "MYCELIUM_DATA_DIR": str(folder)})
+    write_pid(folder, proc.pid, url)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            (folder / PID_FILE).unlink(missing_ok=True)
+            tail = (folder / LOG_FILE).read_text(errors="replace").splitlines()[-15:]
+            print(f"mycelium up: the hub stopped (exit code {proc.returncode}); the end of "
+                  f"{folder / LOG_FILE}:\n" + "\n".join(tail), file=sys.stderr)
+            return 1
+        try:
+            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                print(f"mycelium hub running in the background (pid {proc.pid}) on {url}\n"
+                      f"log: {folder / LOG_FILE}  (mycelium logs -f)   status: mycelium status   "
+                      f"stop: mycelium down", flush=True)
+                return 0
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    print(f"mycelium up: the hub did not answer on {url} within {timeout:g} s; it goes on starting in the "
+          f"background (pid {proc.pid}): `mycelium logs` shows what it does, `mycelium down` stops it",
+          file=sys.stderr)
+    return 1
 
 
 def port_in_use(host: str, port: int) -> str | None:

@@ -70,6 +70,9 @@ class RoomChannel:
         """Per handle not invited: failures in a row, when to try again, and the join it was for."""
         self._wake = asyncio.Event()
         self._roster_changed = asyncio.Event()
+        self._first_roster = asyncio.Event()
+        """Set once the members listed when the channel opened have been invited (or tried): nothing
+        is published before, or a new moderator would publish its first batch to an empty channel."""
         self._tasks: list[asyncio.Task[None]] = []
         self.delivery_failures = 0
 
@@ -123,7 +126,10 @@ class RoomChannel:
         while True:
             await self._roster_changed.wait()
             self._roster_changed.clear()
-            await self.sync_members()
+            try:
+                await self.sync_members()
+            finally:
+                self._first_roster.set()
 
     async def sync_members(self) -> None:
         """Invite whoever the database lists and the channel lacks; remove whoever it lists no more.
@@ -174,6 +180,7 @@ class RoomChannel:
     async def _publishing(self) -> None:
         confirming = asyncio.create_task(self._confirming(), name=f"slim {self.room} confirming")
         try:
+            await self._first_roster.wait()
             while True:
                 self._room_event.clear()
                 published = await self.publish_pending()

@@ -14,10 +14,11 @@ from mycelium.workers.indexer import INDEXER
 from mycelium.workers.loop import Loop
 from mycelium.workers.mirror import MIRROR
 from mycelium.workers.receipts import RECEIPTS
+from mycelium.workers.runners import RUNNERS
 from mycelium.workers.sweeper import SETTINGS, SWEEPER
 
 LOOPS: dict[str, Loop] = {loop.name: loop for loop in (INDEXER, SWEEPER, SETTINGS, MIRROR, RECEIPTS, ENGINES,
-                                                            COMPILE, SLIM)}
+                                                            COMPILE, SLIM, RUNNERS)}
 assert tuple(LOOPS) == LOOP_NAMES, "mycelium.workers.LOOP_NAMES names every loop, in order"
 
 

@@ -18,7 +18,7 @@ run waits for (the room and the run): a reply wakes the worker holding its run, 
 run alone; other messages wake no engine worker. It also wakes at the earliest deadline of the runs
 it holds, and every ``POLL_SECONDS`` it reads everything again (summons, every run it holds), so a
 hint lost between processes costs a delay, never a move. ``MYCELIUM_ENGINE_KINDS``
-(``conductor,persona,aligner,synthesizer``) narrows the kinds this process plays;
+(``conductor,persona,aligner,synthesizer,worker``) narrows the kinds this process plays;
 ``MYCELIUM_ENGINE_LEASE_SECONDS`` is how long a run stays with a worker that stopped renewing it.
 """
 
@@ -32,6 +32,7 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from mycelium.contracts import vocabulary
@@ -44,6 +45,8 @@ from mycelium.errors import Refusal
 from mycelium.verbs import HUB_PRINCIPAL, NOBODY, Actor, Verbs
 from mycelium.workers import synthesis
 from mycelium.workers.loop import Loop, LoopContext
+from mycelium.workers.runners import hub_url
+from mycelium.workers.worker_turns import WorkerTurns
 
 log = logging.getLogger("mycelium.engines")
 
@@ -83,6 +86,8 @@ class EngineWorker:
         lease_seconds: float,
         step_timeout: float,
         embedder: Embedder | None = None,
+        data_dir: Path | None = None,
+        hub_url: str = "",
     ) -> None:
         self.verbs = verbs
         self.embedder = embedder
@@ -91,6 +96,7 @@ class EngineWorker:
         self.step_timeout = step_timeout
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.model = model_from_env()
+        self.turns = None if data_dir is None else WorkerTurns(verbs, self.id, self.model, data_dir, hub_url)
         self.summoned = True  # a summon was hinted (or a hint may have been lost): read the summons
         self.hinted: set[int] = set()  # runs to read again: a reply came, or a move left one due
         self.everything = True  # read every run this worker holds on the next pass
@@ -144,7 +150,7 @@ class EngineWorker:
 
     async def summon(self, s: Mapping[str, Any]) -> None:
         scopes = [("thread", s["room"], s["episode"])]
-        if s["kind"] in ("persona", "synthesizer"):
+        if s["kind"] in ("persona", "synthesizer", "worker"):
             scopes.append(("engine", s["room"], s["engine"]))
         try:
             async with contextlib.AsyncExitStack() as held:
@@ -178,6 +184,10 @@ class EngineWorker:
                 await self.conduct(s)
             elif s["kind"] == "synthesizer":
                 await synthesis.answer(self.verbs, self.model, self.id, s)
+            elif s["kind"] == "worker":
+                if self.turns is None:
+                    raise RuntimeError("this process runs no worker turns (no data folder)")
+                await self.turns.take(s)
             elif s["kind"] == "aligner":
                 self.everything = True  # the negotiation it may start is due at once
                 await aligner.negotiate(self, s)
@@ -313,6 +323,9 @@ class EngineWorker:
 
     async def take_runs(self) -> None:
         await self.verbs.call(NOBODY, "renew_engine_runs", worker=self.id, lease_seconds=self.lease)
+        if self.answering:  # a turn longer than a lease (an agent command, a slow model) stays ours
+            await self.verbs.call(NOBODY, "renew_engine_summons", worker=self.id,
+                                  ids=sorted({i for _room, i in self.answering}), lease_seconds=self.lease)
         if {"conductor", "aligner"} & set(self.kinds):  # the kinds that run (a persona answers)
             taken = await self.verbs.call(
                 NOBODY,
@@ -455,6 +468,8 @@ async def run_engines(ctx: LoopContext) -> None:
         _float_env("MYCELIUM_ENGINE_LEASE_SECONDS", 15.0),
         _float_env("MYCELIUM_CONDUCTOR_STEP_TIMEOUT_S", conductor.STEP_TIMEOUT_SECONDS),
         hub.embedder,
+        hub.settings.resolved_data_dir(),
+        hub_url(hub),
     )
     wakes = hub.wakes
     await wakes.listen(CHANNEL)

@@ -47,6 +47,8 @@ HEARTBEAT_SECONDS = 2.0
 ALIVE_SECONDS = 5 * HEARTBEAT_SECONDS
 #: Rows of processes that stopped beating this long ago are forgotten (checked about once a minute).
 FORGET_SECONDS = 600.0
+#: how long a stop waits for a cancelled loop before cancelling it again
+CANCEL_AGAIN_SECONDS = 2.0
 
 #: The server drops the connection of a host that vanished (no reset: power, network) after about
 #: idle + interval x count seconds, which ends its session and frees its lead.
@@ -86,6 +88,13 @@ class Supervisor:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
+            # cancelled again until it ends: Python 3.11's asyncio.wait_for can swallow a cancellation
+            # that lands as its wait completes, and the loop would then go on for ever
+            while not task.done():
+                await asyncio.wait({task}, timeout=CANCEL_AGAIN_SECONDS)
+                if not task.done():
+                    log.info("a loop went on after it was cancelled: cancelling it again")
+                    task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()

@@ -1,0 +1,113 @@
+"""Files over HTTP and plain SQL: uploads of 0 B, 1 B and a few MiB stored whole with their SHA-256
+and sniffed type, ranges read as asked, path tricks and over-limit bodies refused with nothing
+stored, and a file's large object gone with its row."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+
+@pytest.fixture
+async def lab(client):
+    r = await client.post("/api/rooms", json={"name": "lab"})
+    assert r.status_code == 201, r.text
+    return client
+
+
+async def put(client, name: str, body: bytes, **params):
+    return await client.post("/api/rooms/lab/files", params={"name": name, "created_by": "ana", **params},
+                             content=body)
+
+
+async def objects(admin_conn) -> int:
+    return await admin_conn.fetchval("SELECT count(*) FROM pg_largeobject_metadata")
+
+
+@pytest.mark.parametrize("body", [b"", b"x", os.urandom(3 * (1 << 20) + 17)], ids=["0B", "1B", "3MiB"])
+async def test_an_upload_is_stored_whole_with_its_sha256_and_read_back(lab, body):
+    r = await put(lab, "notes/data.bin", body)
+    assert r.status_code == 201, r.text
+    got = r.json()
+    assert (got["name"], got["size"], got["sha256"], got["created_by"]) == (
+        "notes/data.bin", len(body), hashlib.sha256(body).hexdigest(), "ana")
+    back = await lab.get("/api/rooms/lab/files/notes/data.bin")
+    assert back.status_code == 200 and back.content == body
+    assert back.headers["etag"] == f'"{got["sha256"]}"' and back.headers["accept-ranges"] == "bytes"
+    assert back.headers["x-content-type-options"] == "nosniff"
+    assert [f["name"] for f in (await lab.get("/api/rooms/lab/files")).json()] == ["notes/data.bin"]
+
+
+async def test_ranges_are_read_as_asked_and_one_outside_the_file_is_a_416(lab):
+    body = bytes(range(256)) * 10
+    assert (await put(lab, "r.bin", body)).status_code == 201
+    for header, part in (("bytes=0-0", body[:1]), ("bytes=10-19", body[10:20]), ("bytes=2550-", body[2550:]),
+                         ("bytes=-5", body[-5:]), ("bytes=2500-99999", body[2500:])):
+        r = await lab.get("/api/rooms/lab/files/r.bin", headers={"Range": header})
+        assert r.status_code == 206 and r.content == part, header
+        first = len(body) - 5 if header == "bytes=-5" else int(header[6:].split("-")[0])
+        assert r.headers["content-range"] == f"bytes {first}-{first + len(part) - 1}/{len(body)}"
+    for header in ("bytes=2560-", "bytes=9999-10000", "bytes=-0", "bytes=20-10"):
+        r = await lab.get("/api/rooms/lab/files/r.bin", headers={"Range": header})
+        assert r.status_code == 416 and r.headers["content-range"] == "bytes */2560", header
+        assert r.json()["error"] == "range_not_satisfiable"
+    whole = await lab.get("/api/rooms/lab/files/r.bin", headers={"Range": "bytes=0-1,5-6"})  # several: all
+    assert whole.status_code == 200 and whole.content == body
+
+
+@pytest.mark.parametrize(("name", "words"), [
+    ("../etc/passwd", "no . or .. part"), ("a/../../b", "no . or .. part"), ("/abs", "no leading /"),
+    ("a//b", "no empty part"), ("dir/", "no empty part"), ("a\\b", "no backslash"), ("a\nb", "no control"),
+    ("./x", "no . or .. part"),
+])
+async def test_path_tricks_are_refused_before_the_body_is_read_and_nothing_is_stored(lab, admin_conn, name, words):
+    before = await objects(admin_conn)
+    r = await put(lab, name, b"payload")
+    assert r.status_code == 422 and r.json()["error"] == "bad_file_name" and words in r.json()["message"], r.text
+    assert (await lab.get("/api/rooms/lab/files")).json() == []
+    assert await objects(admin_conn) == before
+
+
+async def test_a_body_over_the_limit_is_a_413_and_leaves_nothing(lab, admin_conn):
+    await admin_conn.execute("SELECT mycelium.write_setting('files.max_bytes', '1000', 'lab', 'ops')")
+    before = await objects(admin_conn)
+    declared = await put(lab, "big.bin", b"x" * 1001)
+    assert declared.status_code == 413 and declared.json()["error"] == "file_too_large", declared.text
+
+    assert (await lab.get("/api/rooms/lab/files")).json() == []
+    assert await objects(admin_conn) == before
+    assert (await put(lab, "fits.bin", b"z" * 1000)).status_code == 201
+
+
+async def test_a_taken_name_is_a_409_unless_replaced_and_a_removed_file_takes_its_object(lab, admin_conn):
+    before = await objects(admin_conn)
+    assert (await put(lab, "a.txt", b"first\n")).json()["content_type"] == "text/plain; charset=utf-8"
+    again = await put(lab, "a.txt", b"second")
+    assert again.status_code == 409 and again.json()["error"] == "file_exists"
+    replaced = await put(lab, "a.txt", b"\x89PNG\r\n\x1a\n....", replace="true")
+    assert replaced.status_code == 201 and replaced.json()["content_type"] == "image/png"
+    assert await objects(admin_conn) == before + 1  # the first object went with the row it was replaced in
+    gone = await lab.delete("/api/rooms/lab/files/a.txt")
+    assert gone.status_code == 200 and gone.json()["name"] == "a.txt"
+    assert await objects(admin_conn) == before
+    missing = await lab.get("/api/rooms/lab/files/a.txt")
+    assert missing.status_code == 404 and missing.json()["error"] == "file_not_found"
+    assert (await lab.get("/api/rooms/nowhere/files")).status_code == 404
+
+
+async def test_files_go_with_their_room_and_a_forged_row_is_refused(lab, admin_conn):
+    assert (await put(lab, "x.html", b"<!doctype html><script>alert(1)</script>")).status_code == 201
+    served = await lab.get("/api/rooms/lab/files/x.html")
+    assert served.headers["content-type"].startswith("text/html")
+    assert served.headers["content-disposition"].startswith("attachment;")  # never the hub's own page
+    before = await objects(admin_conn)
+    await admin_conn.execute("SELECT mycelium.delete_room('lab')") if await admin_conn.fetchval(
+        "SELECT to_regproc('mycelium.delete_room') IS NOT NULL") else await admin_conn.execute(
+        "DELETE FROM mycelium.rooms WHERE name = 'lab'")
+    assert await objects(admin_conn) == before - 1
+    with pytest.raises(Exception) as caught:
+        await admin_conn.execute("INSERT INTO mycelium.files (room, name, size, sha256, content_type, data, created_by) "
+                                 "SELECT 'lab2', '../x', 0, repeat('0', 64), 'x', 1, 'psql'")
+    assert "file_name_safe" in str(caught.value) or "violates" in str(caught.value)
