@@ -221,7 +221,8 @@ COMMENT ON FUNCTION mycelium.link_code_mask IS 'public inlined';
 
 -- What a link body (the inside of [[...]], a URI, a relation value) points at, or NULL target when
 -- it is not a link: blank, a directive ("[[word: ...]]" - a word, a colon and a space, as in
--- "[[mycelium: stance=accept]]"), or nothing left after normalising. "key#anchor|label".
+-- "[[mycelium: stance=accept]]"), a room's file ("[[file:report.pdf]]", sql/files.sql), or nothing
+-- left after normalising. "key#anchor|label".
 -- myc://rooms/<room>/<key> names another room (cross_room); naming this room is a plain edge.
 CREATE OR REPLACE FUNCTION mycelium.link_ref(
   p_room text, p_ref text,
@@ -234,7 +235,7 @@ DECLARE
   m text[];
 BEGIN
   IF inner_text = '' OR (strpos(inner_text, ':') > 0 AND (inner_text ~ '^[A-Za-z][A-Za-z0-9_-]*:[[:space:]]'
-                                                           OR inner_text ~* '^mycelium[[:space:]]*:')) THEN
+                                                           OR inner_text ~* '^(mycelium[[:space:]]*|file):')) THEN
     RETURN;
   END IF;
   bar := strpos(inner_text, '|');

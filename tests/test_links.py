@@ -37,6 +37,7 @@ CASES = [
     ("a-directive-is-not-a-link",
      "I can live with it. [[mycelium: confidence=0.85 stance=accept]] [[note: later]] [[MYCELIUM:x]]", {},
      []),
+    ("a-file-is-no-memory-link", "See [[file:reports/q3.pdf]] and [[FILE:a.png|the chart]].", {}, []),
     ("a-colon-without-a-space-is-part-of-a-key", "[[ns:key]]", {},
      [("ns:key", "wikilink", None, None, None, None)]),
     ("code-is-never-parsed",

@@ -88,6 +88,11 @@ class Settings(BaseSettings):
     """``psk``: a member is who its channel name says (anyone with the room's secret). ``jwt``: every
     post carries a member token of the token gate for that room, whose ``sub`` is the author."""
 
+    patterns_dir: Path | None = None
+    """The operator's pattern pack (``MYCELIUM_PATTERNS_DIR``): a folder of pattern folders, beside
+    the pack the hub ships; one of the same name is the operator's. The hub reads patterns from
+    these folders only, never from a place a caller names."""
+
     def resolved_data_dir(self) -> Path:
         return environment.absolute(self.data_dir)
 

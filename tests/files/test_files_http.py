@@ -111,3 +111,20 @@ async def test_files_go_with_their_room_and_a_forged_row_is_refused(lab, admin_c
         await admin_conn.execute("INSERT INTO mycelium.files (room, name, size, sha256, content_type, data, created_by) "
                                  "SELECT 'lab2', '../x', 0, repeat('0', 64), 'x', 1, 'psql'")
     assert "file_name_safe" in str(caught.value) or "violates" in str(caught.value)
+
+
+async def test_the_room_page_lists_its_files_and_a_memory_links_one(lab, admin_conn):
+    assert "No files." in (await lab.get("/room/lab")).text
+    body = b"%PDF-1.7 the deck"
+    assert (await put(lab, "decks/q3.pdf", body)).status_code == 201
+    page = (await lab.get("/room/lab")).text
+    assert 'href="/api/rooms/lab/files/decks/q3.pdf"' in page and "application/pdf" in page
+    assert hashlib.sha256(body).hexdigest()[:12] in page
+    r = await lab.post("/api/rooms/lab/memory", json={"items": [
+        {"key": "notes/plan", "value": "The deck: [[file:decks/q3.pdf|Q3 deck]]", "created_by": "ana"}]})
+    assert r.status_code in (200, 201), r.text
+    shown = (await lab.get("/room/lab/memory/notes/plan")).text
+    assert '<a href="/api/rooms/lab/files/decks/q3.pdf">📎 Q3 deck</a>' in shown
+    # a file link is no memory link: nothing dangles in the links table
+    assert await admin_conn.fetchval("SELECT count(*) FROM mycelium.memory_links WHERE room = 'lab'") == 0
+    assert (await lab.get("/api/rooms/lab/files/decks/q3.pdf")).content == body

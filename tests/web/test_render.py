@@ -31,6 +31,13 @@ def test_wikilinks_link_to_the_memory_page_quoted():
     assert 'href="/room/my%20room/memory/notes/a%20b"' in shown and ">the c note</a>" in shown
 
 
+def test_a_file_link_downloads_the_rooms_file():
+    shown = render.markdown("the chart: [[file:reports/q3 v2.png]], or [[FILE:a.pdf|the deck]]", "my room")
+    assert 'href="/api/rooms/my%20room/files/reports/q3%20v2.png"' in shown and ">📎 reports/q3 v2.png</a>" in shown
+    assert 'href="/api/rooms/my%20room/files/a.pdf"' in shown and ">📎 the deck</a>" in shown
+    assert "/memory/" not in shown
+
+
 def message(position, *, episode="urn:ioc:mycelium:episode:atlas:live", payload_type="message", payload=None,
             sender="nova", content="", mid=None):
     return MessageRead(id=mid or f"id{position}", room_name="atlas", position=position, sender_handle=sender,

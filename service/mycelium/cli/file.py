@@ -14,6 +14,7 @@ from typing import Any, BinaryIO
 
 from mycelium.cli.client import Response, _open, api_url, call, fail, print_json, query, refused, unreachable
 from mycelium.cli.common import add_author, add_json, add_room, handle_of, path_part, room_of
+from mycelium.core.sizes import human_size
 
 BLOCK = 1 << 20
 
@@ -54,16 +55,9 @@ def _base(args: argparse.Namespace) -> str:
     return f"/api/rooms/{path_part(room_of(args))}/files"
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
-
-
 def line(f: dict[str, Any]) -> str:
-    return f"{f['name']}\t{_size(f['size'])}\t{f['content_type']}\t{f['sha256'][:12]}\t@{f['created_by']}"
+    size = human_size(f["size"])
+    return f"{f['name']}\t{size}\t{f['content_type']}\t{f['sha256'][:12]}\t@{f['created_by']}"
 
 
 def _put(args: argparse.Namespace) -> int:
@@ -101,7 +95,8 @@ def _put(args: argparse.Namespace) -> int:
     if args.json:
         print_json(made)
     else:
-        print(f"stored {made['name']} in {room_of(args)}: {_size(made['size'])}, {made['content_type']}, "
+        size = human_size(made["size"])
+        print(f"stored {made['name']} in {room_of(args)}: {size}, {made['content_type']}, "
               f"sha256 {made['sha256']}")
     return 0
 
@@ -144,5 +139,5 @@ def _rm(args: argparse.Namespace) -> int:
     if args.json:
         print_json(gone)
     else:
-        print(f"removed {gone['name']} ({_size(gone['size'])})")
+        print(f"removed {gone['name']} ({human_size(gone['size'])})")
     return 0

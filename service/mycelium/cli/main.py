@@ -47,6 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("mycelium.cli.engines", "the room's members: ls (people, agents, engines)"),
     "runner": ("mycelium.cli.runner", "start agents when they are woken: add, ls, rm, test, jobs, approve"),
     "file": ("mycelium.cli.file", "a room's files: put, get (--range), ls, rm"),
+    "pattern": ("mycelium.cli.pattern", "scenario packs: ls, show, load (a room, paused), run"),
     "swarm": ("mycelium.cli.swarm", 'a team works a goal: swarm "<goal>" --team @lead @b @c (--wait, --ls)'),
 }
 

@@ -48,6 +48,7 @@ SQL_FILES = (
     "swarms.sql",
     "worker_engine.sql",
     "files.sql",
+    "patterns.sql",
     "audit.sql",
     "privacy.sql",
     "catalogue.sql",

@@ -10,6 +10,7 @@ from mycelium.core.envelope import short_id
 from mycelium.errors import Refusal
 from mycelium.verbs import NOBODY, Verbs
 from mycelium.verbs.board import BoardRow, board_row
+from mycelium.verbs.files import file_read
 from mycelium.verbs.messages import MessageRead, message_read
 from mycelium.verbs.rooms import RoomRead, room_read
 from mycelium.web import runs, views
@@ -84,9 +85,9 @@ async def members(verbs: Verbs, name: str) -> tuple[list[Any], list[views.Floor]
 async def room_page(verbs: Verbs, name: str, rows: int = COLUMN_ROWS) -> dict[str, Any]:
     """Everything the room page shows (``rows`` per board column). The reads go at once, each on a
     connection of its own: the board's is most of the time, and the rest is read and shaped meanwhile."""
-    now, the_room, the_board, said, (present, floors) = await asyncio.gather(
+    now, the_room, the_board, said, (present, floors), files = await asyncio.gather(
         verbs.call(NOBODY, "room_clock", room=name), room(verbs, name), board(verbs, name, rows),
-        recent(verbs, name), members(verbs, name))
+        recent(verbs, name), members(verbs, name), verbs.call(NOBODY, "list_files", room=name))
     head, messages = said.head, said.messages
     lines = views.timeline(name, messages, said.titles)
     floor_of = {f.thread: f for f in floors}
@@ -97,7 +98,8 @@ async def room_page(verbs: Verbs, name: str, rows: int = COLUMN_ROWS) -> dict[st
     return {"now": now, "room": the_room, "columns": the_board.columns, "counts": the_board.counts,
             "column_names": views.COLUMNS, "lines": lines,
             "head": head, "present": present, "here": here, "floors": floors, "floor_of": floor_of,
-            "handles": known, "seconds_left": views.seconds_left, "rows": rows}
+            "handles": known, "seconds_left": views.seconds_left, "rows": rows,
+            "files": [file_read(f) for f in files]}
 
 
 async def room_talk(verbs: Verbs, name: str) -> dict[str, Any]:

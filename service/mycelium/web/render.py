@@ -18,6 +18,7 @@ from litestar.template.config import TemplateConfig
 from markdown_it import MarkdownIt
 from markupsafe import Markup, escape
 
+from mycelium.core.sizes import human_size
 from mycelium.web.views import duration, relative
 
 HERE = Path(__file__).parent
@@ -35,6 +36,15 @@ def path_quote(value: object) -> str:
     return quote(str(value), safe="/")
 
 
+#: A wikilink to a file the room holds: ``[[file:<name>]]`` (``|label`` as for a memory).
+FILE_LINK = "file:"
+
+
+def file_href(room: str, name: str) -> str:
+    """Where a room's file is downloaded (the API's read; a signed-in browser's cookie is its token)."""
+    return f"/api/rooms/{quote(room, safe='')}/files/{quote(name, safe='/')}"
+
+
 def when(moment: datetime | None, now: datetime) -> Markup:
     """A ``<time>``: relative, with the exact time on hover. (Written out, not formatted through
     Markup: an ISO time and ``5m ago`` hold nothing to escape, and a page shows hundreds.)"""
@@ -45,7 +55,8 @@ def when(moment: datetime | None, now: datetime) -> Markup:
 
 
 def markdown(text: str | None, room: str) -> Markup:
-    """Markdown as HTML, raw HTML off; ``[[key]]`` links to the memory's page in ``room``."""
+    """Markdown as HTML, raw HTML off; ``[[key]]`` links to the memory's page in ``room``,
+    ``[[file:<name>]]`` to the room's file."""
     if not text:
         return Markup("")
     if not _MARKUP.search(text):  # plain prose reads the same as one escaped paragraph
@@ -58,8 +69,13 @@ def _rendered(text: str, room: str) -> Markup:
     """(A page re-renders the same messages at every refresh; their HTML never changes.)"""
 
     def wikilink(match: re.Match[str]) -> str:
-        target = match.group(2).strip().split("#", 1)[0]
+        inner = match.group(2).strip()
         label = (match.group(3) or match.group(2)).strip().replace("[", "").replace("]", "")
+        if inner.lower().startswith(FILE_LINK):  # [[file:<name>]]: the room's file, downloaded
+            name = inner[len(FILE_LINK):].strip()
+            label = label[len(FILE_LINK):].strip() if match.group(3) is None else label
+            return f"[📎 {label}]({file_href(room, name)})"
+        target = inner.split("#", 1)[0]
         mark = "↪ " if match.group(1) else ""
         return f"[{mark}{label}](/room/{quote(room, safe='')}/memory/{quote(target, safe='/')})"
 
@@ -69,7 +85,8 @@ def _rendered(text: str, room: str) -> Markup:
 def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(q=path_quote, when=when, md=markdown, dur=duration)
+    env.filters.update(q=path_quote, when=when, md=markdown, dur=duration, size=human_size)
+    env.globals.update(file_href=file_href)
     return env
 
 
