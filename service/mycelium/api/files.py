@@ -10,6 +10,7 @@ is stored, and neither is an upload whose connection breaks.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import AsyncIterator
@@ -91,19 +92,31 @@ class FileController(Controller):
         buffer = bytearray()
         async with verbs.transaction() as tx:
             data = await tx.call(NOBODY, "new_file_object")
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > cap:
-                    raise Refusal(413, "file_too_large", f"the body is over the limit of {cap} bytes "
-                                  "(files.max_bytes); nothing is stored", {"limit": cap})
-                digest.update(chunk)
-                if len(head) < SNIFF_BYTES:
-                    head += chunk[: SNIFF_BYTES - len(head)]
-                buffer += chunk
-                if len(buffer) >= CHUNK_BYTES:
-                    await tx.call(NOBODY, "write_file_chunk", data=data, offset=written, chunk=bytes(buffer))
-                    written += len(buffer)
-                    buffer.clear()
+            # one block is written while the next is read: the statement runs on the connection as
+            # the body arrives (one statement at a time: each write waits for the one before)
+            writing: asyncio.Task[Any] | None = None
+            try:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > cap:
+                        raise Refusal(413, "file_too_large", f"the body is over the limit of {cap} bytes "
+                                      "(files.max_bytes); nothing is stored", {"limit": cap})
+                    digest.update(chunk)
+                    if len(head) < SNIFF_BYTES:
+                        head += chunk[: SNIFF_BYTES - len(head)]
+                    buffer += chunk
+                    if len(buffer) >= CHUNK_BYTES:
+                        if writing is not None:
+                            await writing
+                        writing = asyncio.ensure_future(tx.call(
+                            NOBODY, "write_file_chunk", data=data, offset=written, chunk=bytes(buffer)))
+                        written += len(buffer)
+                        buffer.clear()
+            finally:
+                if writing is not None:  # (the transaction ends only once its statement has)
+                    await asyncio.gather(writing, return_exceptions=True)
+            if writing is not None:
+                writing.result()
             if buffer:
                 await tx.call(NOBODY, "write_file_chunk", data=data, offset=written, chunk=bytes(buffer))
             row = await tx.call(Actor.declared(created_by, "person"), "add_file", room=room, name=name,

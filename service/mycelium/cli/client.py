@@ -161,8 +161,8 @@ def _open(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str, di
 
 
 def _connection(scheme: str, host: str, port: int, timeout: float) -> http.client.HTTPConnection:
-    if scheme == "http":
-        return http.client.HTTPConnection(host, port, timeout=timeout)
+    if scheme == "http":  # (1 MiB blocks: a streamed upload is not sent 8 KiB at a time)
+        return http.client.HTTPConnection(host, port, timeout=timeout, blocksize=1 << 20)
     import ssl
 
     cafile = None
@@ -174,7 +174,7 @@ def _connection(scheme: str, host: str, port: int, timeout: float) -> http.clien
         except ImportError:
             pass
     context = ssl.create_default_context(cafile=cafile)
-    return http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
+    return http.client.HTTPSConnection(host, port, timeout=timeout, context=context, blocksize=1 << 20)
 
 
 def _proxy_for(url: SplitResult) -> SplitResult | None:
