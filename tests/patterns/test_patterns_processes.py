@@ -1,12 +1,14 @@
 """A pattern run end to end by a user: `mycelium pattern ls/show`, `pattern run review-team` on a real
 hub process whose personas answer through a scripted model; the conductor's review runs in the
-task's thread to its end, and a second run is refused in one line."""
+task's thread to its end, what it cost is on the usage API and the Metrics page, and a second run is
+refused in one line."""
 
 from __future__ import annotations
 
 import json
 import time
 
+import httpx
 import pytest
 
 from tests.support.cli import mycelium
@@ -15,6 +17,8 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = """\
 rules:
+  - when: ": @conductor review"
+    reply: "Ready when the conductor asks."
   - when: "Draft this"
     handle: author
     reply: "Draft: a one-page plan with a rollback."
@@ -51,6 +55,15 @@ def test_a_user_lists_runs_and_follows_the_review_team_to_its_end(hub_processes,
     said = {(m["sender_handle"], m["content"].split("\n", 1)[0]) for m in detail["messages"]}
     assert ("author", "Draft: a one-page plan with a rollback.") in said
     assert any(h == "reviewer" and text.startswith("It does what the brief asks.") for h, text in said)
+    # what it cost: each persona's model call and each engine's turn is a usage event, naming nobody
+    usage = httpx.get(f"{hub.url}/api/observability/usage", params={"group_by": "model"}).json()
+    models = {g["group"]: g for g in usage["groups"]}
+    assert models["scripted:model.yaml"]["events"] >= 2 and models["scripted:model.yaml"]["failures"] == 0
+    kinds = {g["group"]: g["events"]
+             for g in httpx.get(f"{hub.url}/api/observability/usage", params={"group_by": "kind"}).json()["groups"]}
+    assert kinds["model_call"] >= 2 and kinds["engine_turn"] >= 3  # the conductor's, the author's, the reviewer's
+    metrics = httpx.get(f"{hub.url}/metrics").text
+    assert ">scripted:model.yaml</text>" in metrics and ">persona</text>" in metrics
     again = mycelium("pattern", "run", "review-team", env=env, ok=False)
     assert "409 pattern_started" in again.stderr and "Traceback" not in again.stderr
     assert len(again.stderr.strip().splitlines()) == 1

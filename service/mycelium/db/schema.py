@@ -49,6 +49,7 @@ SQL_FILES = (
     "worker_engine.sql",
     "files.sql",
     "patterns.sql",
+    "usage.sql",
     "audit.sql",
     "privacy.sql",
     "catalogue.sql",

@@ -16,10 +16,12 @@ else :class:`NoModel`, which fails every call with the sentence that says how to
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,6 +29,7 @@ from typing import Any, Protocol
 import yaml
 
 DEFAULT_TIMEOUT = 60.0
+log = logging.getLogger(__name__)
 
 
 class ModelError(RuntimeError):
@@ -94,6 +97,17 @@ class ScriptedModel:
         raise ModelError(f"{self.name} has no rule for this message")
 
 
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 class ChatEndpoint:
     """An OpenAI-compatible chat endpoint."""
 
@@ -107,6 +121,11 @@ class ChatEndpoint:
         self.name = f"chat:{model}"
 
     async def complete(self, system: str, messages: Sequence[Mapping[str, str]], *, handle: str = "") -> str:
+        return (await self.complete_counted(system, messages, handle=handle)).text
+
+    async def complete_counted(self, system: str, messages: Sequence[Mapping[str, str]], *, handle: str = ""
+                               ) -> Completion:
+        """The answer with the tokens the endpoint says it read and wrote (``usage``; None if not)."""
         import httpx
 
         url = self.url if self.url.endswith("/chat/completions") else self.url + "/chat/completions"
@@ -122,12 +141,14 @@ class ChatEndpoint:
         if response.status_code != 200:
             raise ModelError(f"{self.name} answered HTTP {response.status_code}: {response.text[:300]}")
         try:
-            text = response.json()["choices"][0]["message"]["content"]
+            answer = response.json()
+            text = answer["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):
             raise ModelError(f"{self.name} answered something that is not a chat completion") from None
         if not isinstance(text, str) or not text.strip():
             raise ModelError(f"{self.name} answered with no text")
-        return text
+        usage = answer.get("usage") if isinstance(answer.get("usage"), Mapping) else {}
+        return Completion(text, _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")))
 
 
 class PiCli:
@@ -168,6 +189,51 @@ class NoModel:
         raise ModelError(
             "no model is configured (set MYCELIUM_LLM_URL, MYCELIUM_PI_MODEL or MYCELIUM_MODEL_SCRIPT)"
         )
+
+
+#: Records one call: ``{"engine", "model", "outcome", "duration_ms", "tokens_in", "tokens_out"}``.
+Record = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Metered:
+    """``inner`` with each call recorded by ``record`` (a usage event): which engine asked, the
+    model, answered or failed, how long it took, and the tokens when the model says. A record that
+    fails is logged; the call's answer (or its error) is the model's, as it was."""
+
+    def __init__(self, inner: Model, record: Record) -> None:
+        self.inner, self.record = inner, record
+        self.name = inner.name
+
+    async def complete(self, system: str, messages: Sequence[Mapping[str, str]], *, handle: str = "") -> str:
+        started = time.monotonic()
+        counted = getattr(self.inner, "complete_counted", None)
+        done: Completion | None = None
+        try:
+            if counted is not None:
+                done = await counted(system, messages, handle=handle)
+            else:
+                done = Completion(await self.inner.complete(system, messages, handle=handle))
+            return done.text
+        except ModelError:
+            await self._record(handle, "failed", started, None)
+            raise
+        finally:
+            if done is not None:
+                await self._record(handle, "answered", started, done)
+
+    async def _record(self, handle: str, outcome: str, started: float, done: Completion | None) -> None:
+        try:
+            await self.record({"engine": handle or None, "model": self.name, "outcome": outcome,
+                               "duration_ms": (time.monotonic() - started) * 1000,
+                               "tokens_in": done.tokens_in if done else None,
+                               "tokens_out": done.tokens_out if done else None})
+        except Exception as exc:  # the usage record is never worth an engine's answer
+            log.warning("usage: a model call was not recorded: %s", exc)
+
+
+def configured(model: Any) -> bool:
+    """Whether ``model`` (metered or not) is one the environment configured, not :class:`NoModel`."""
+    return not isinstance(getattr(model, "inner", model), NoModel)
 
 
 def model_from_env(env: Mapping[str, str] | None = None) -> Any:

@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from mycelium.engines.compiler import compile_agreement
-from mycelium.engines.models import Model, model_from_env
+from mycelium.engines.models import Metered, Model, model_from_env
 from mycelium.errors import Refusal
-from mycelium.verbs import HUB_PRINCIPAL, NOBODY, Actor, Verbs, verbs_of
+from mycelium.verbs import HUB_PRINCIPAL, NOBODY, Actor, Verbs, usage, verbs_of
 from mycelium.workers.loop import Loop, LoopContext
 
 log = logging.getLogger("mycelium.compile")
@@ -82,7 +82,8 @@ class Compiler:
 async def run_compiler(ctx: LoopContext) -> None:
     hub = ctx.hub
     # as the hub itself: behind the token gate it sees the private rooms' runs too
-    compiler = Compiler(verbs_of(hub, HUB_PRINCIPAL), model_from_env(), lease_from_env())
+    verbs = verbs_of(hub, HUB_PRINCIPAL)
+    compiler = Compiler(verbs, Metered(model_from_env(), usage.recorder(verbs)), lease_from_env())
     await hub.wakes.listen(CHANNEL)
     log.info("compile: worker %s compiles with %s", compiler.id, compiler.model.name)
     try:

@@ -40,9 +40,9 @@ from mycelium.embed import Embedder
 from mycelium.engines import accord, conductor, persona
 from mycelium.engines.aligner import worker as aligner
 from mycelium.engines.flows import BUILT_IN, FlowError, Protocol, catalogue, parse_protocol
-from mycelium.engines.models import model_from_env
+from mycelium.engines.models import Metered, model_from_env
 from mycelium.errors import Refusal
-from mycelium.verbs import HUB_PRINCIPAL, NOBODY, Actor, Verbs
+from mycelium.verbs import HUB_PRINCIPAL, NOBODY, Actor, Verbs, usage
 from mycelium.workers import synthesis
 from mycelium.workers.loop import Loop, LoopContext
 from mycelium.workers.runners import hub_url
@@ -95,7 +95,7 @@ class EngineWorker:
         self.lease = lease_seconds
         self.step_timeout = step_timeout
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.model = model_from_env()
+        self.model = Metered(model_from_env(), usage.recorder(verbs))  # each call a usage event
         self.turns = None if data_dir is None else WorkerTurns(verbs, self.id, self.model, data_dir, hub_url)
         self.summoned = True  # a summon was hinted (or a hint may have been lost): read the summons
         self.hinted: set[int] = set()  # runs to read again: a reply came, or a move left one due

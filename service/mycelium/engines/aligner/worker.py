@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from mycelium.engines.aligner import negotiation
 from mycelium.engines.aligner.mechanism import N_STEPS, Replayer, warm
 from mycelium.engines.conductor import Reply
-from mycelium.engines.models import NoModel
+from mycelium.engines.models import configured
 from mycelium.errors import Refusal
 from mycelium.verbs import NOBODY, Actor
 
@@ -82,7 +82,7 @@ async def negotiate(w: EngineWorker, s: Mapping[str, Any]) -> None:
 async def step(w: EngineWorker, run: Mapping[str, Any]) -> bool:
     """Make the next move of a negotiation this worker holds, if it has one."""
     room = run["room"]
-    model = None if isinstance(w.model, NoModel) else w.model
+    model = w.model if configured(w.model) else None
 
     async def read_prior(topic: str) -> Mapping[str, Any] | None:
         row = await w.verbs.call(NOBODY, "team_prior", room=room, topic=topic)
