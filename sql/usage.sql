@@ -7,6 +7,8 @@
 --     (never a member's, and a runner job names nobody); `attrs` is a flat object of numbers,
 --     booleans and short words whose keys are none of the prohibited fields (the CHECK calls
 --     usage_attrs_problem). A row is never changed (t10); old ones may be deleted.
+--   * An exporter (the OpenTelemetry one) keeps how far it sent in usage_exports, moved only up and
+--     only after the collector took the batch: a restart resends from there, nothing is skipped.
 
 -- The keys attrs may never hold: upstream's PROHIBITED_FIELDS (text, and whoever could be named).
 CREATE OR REPLACE FUNCTION mycelium.usage_prohibited_fields() RETURNS text[]
@@ -151,3 +153,24 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION mycelium.usage IS 'public read';
+
+CREATE TABLE mycelium.usage_exports (
+  exporter text PRIMARY KEY CONSTRAINT usage_exporter CHECK (exporter ~ '^[a-z][a-z0-9_-]{0,39}$'),
+  last_id bigint NOT NULL DEFAULT 0,
+  exported_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- How far p_exporter has sent (0: nothing yet).
+CREATE OR REPLACE FUNCTION mycelium.usage_export_mark(p_exporter text) RETURNS bigint LANGUAGE sql STABLE AS $$
+  SELECT coalesce((SELECT last_id FROM mycelium.usage_exports WHERE exporter = p_exporter), 0)
+$$;
+COMMENT ON FUNCTION mycelium.usage_export_mark IS 'public read';
+
+-- p_exporter has sent the events up to p_last_id (the mark only moves up).
+CREATE OR REPLACE FUNCTION mycelium.mark_usage_exported(p_exporter text, p_last_id bigint) RETURNS bigint
+LANGUAGE sql AS $$
+  INSERT INTO mycelium.usage_exports AS x (exporter, last_id) VALUES (p_exporter, p_last_id)
+  ON CONFLICT (exporter) DO UPDATE SET last_id = greatest(x.last_id, excluded.last_id), exported_at = now()
+  RETURNING last_id
+$$;
+COMMENT ON FUNCTION mycelium.mark_usage_exported IS 'public write';

@@ -22,6 +22,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     # (CASCADE: the triggers and functions that write them go too; the older code is then re-applied)
     run_as_owner(op, """
+      DROP TABLE IF EXISTS mycelium.usage_exports CASCADE;
       DROP TABLE IF EXISTS mycelium.usage_events CASCADE;
       DROP FUNCTION IF EXISTS mycelium.usage_attrs_problem(jsonb);
       DROP FUNCTION IF EXISTS mycelium.usage_prohibited_fields();

@@ -43,3 +43,9 @@ CREATE TABLE mycelium.usage_events (
   CONSTRAINT usage_turn_engine CHECK (kind <> 'engine_turn' OR engine IS NOT NULL)
 );
 CREATE INDEX usage_events_at ON mycelium.usage_events (at);
+
+CREATE TABLE mycelium.usage_exports (
+  exporter text PRIMARY KEY CONSTRAINT usage_exporter CHECK (exporter ~ '^[a-z][a-z0-9_-]{0,39}$'),
+  last_id bigint NOT NULL DEFAULT 0,
+  exported_at timestamptz NOT NULL DEFAULT now()
+);

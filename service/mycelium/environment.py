@@ -25,7 +25,12 @@ DATA_DIR_NAME = ".mycelium"
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 
 #: settings that answer to more than their own variable, in order of precedence
-_NAMES = {"database_url": ("MYCELIUM_DATABASE_URL", "DATABASE_URL")}
+_NAMES = {"database_url": ("MYCELIUM_DATABASE_URL", "DATABASE_URL"),
+          # OpenTelemetry's own variables (MYCELIUM_* first, as for every setting)
+          "otel_endpoint": ("MYCELIUM_OTEL_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+          "otel_logs_endpoint": ("MYCELIUM_OTEL_LOGS_ENDPOINT", "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"),
+          "otel_headers": ("MYCELIUM_OTEL_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"),
+          "otel_service_name": ("MYCELIUM_OTEL_SERVICE_NAME", "OTEL_SERVICE_NAME")}
 
 
 def names(setting: str) -> tuple[str, ...]:

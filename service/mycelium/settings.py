@@ -93,6 +93,15 @@ class Settings(BaseSettings):
     the pack the hub ships; one of the same name is the operator's. The hub reads patterns from
     these folders only, never from a place a caller names."""
 
+    otel_endpoint: str | None = None
+    """An OTLP/HTTP collector (``OTEL_EXPORTER_OTLP_ENDPOINT``): usage events are sent to its
+    ``/v1/logs`` as log records, by one process of the deployment (the ``otel`` loop)."""
+    otel_logs_endpoint: str | None = None
+    """The logs endpoint itself (``OTEL_EXPORTER_OTLP_LOGS_ENDPOINT``), used as given."""
+    otel_headers: str | None = Field(default=None, repr=False)
+    """Headers sent with each export (``OTEL_EXPORTER_OTLP_HEADERS``: ``k=v,k2=v2``)."""
+    otel_service_name: str = "mycelium-hub"
+
     def resolved_data_dir(self) -> Path:
         return environment.absolute(self.data_dir)
 

@@ -11,3 +11,11 @@ SELECT * FROM mycelium.usage(:group_by, :since, :until)
 -- name: usage_after
 -- the events after id :after, oldest first (the OpenTelemetry exporter's read)
 SELECT * FROM mycelium.usage_events WHERE id > :after ORDER BY id LIMIT :limit
+
+-- name: usage_export_mark
+-- returns: value
+SELECT mycelium.usage_export_mark(:exporter)
+
+-- name: mark_usage_exported
+-- returns: value
+SELECT mycelium.mark_usage_exported(:exporter, :last_id)
