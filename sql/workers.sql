@@ -24,7 +24,8 @@ CREATE TABLE mycelium.worker_loops (
   failures integer NOT NULL DEFAULT 0 CHECK (failures >= 0),
   stuck boolean NOT NULL DEFAULT false,
   heartbeat_at timestamptz NOT NULL DEFAULT now(),
-  PRIMARY KEY (worker_id, loop)
+  PRIMARY KEY (worker_id, loop),
+  clock_skew_seconds double precision
 );
 COMMENT ON TABLE mycelium.worker_loops IS
   'One row per background loop of each process that runs them, beaten every few seconds (beat_worker).';
@@ -35,7 +36,9 @@ CREATE INDEX worker_loops_heartbeat ON mycelium.worker_loops (heartbeat_at);
 
 -- A process reports its loops: p_loops is a JSON array of objects with the loop's name ("loop"),
 -- "state", "leader", "backend_pid", "interval_seconds", "last_success_at", "last_error",
--- "last_error_at", "warning" (a problem of a loop that still runs), "failures" and "stuck". A worker already marked stopped stays stopped.
+-- "last_error_at", "warning" (a problem of a loop that still runs), "failures", "stuck" and "clock" (the
+-- process's own time when it sent the beat: how far it is off the database's is kept, for `mycelium
+-- doctor` to compare the replicas' clocks). A worker already marked stopped stays stopped.
 CREATE OR REPLACE FUNCTION mycelium.beat_worker(
   p_worker uuid, p_kind text, p_host text, p_pid integer, p_started_at timestamptz, p_loops jsonb
 ) RETURNS integer LANGUAGE plpgsql AS $$
@@ -46,19 +49,21 @@ BEGIN
   END IF;
   INSERT INTO mycelium.worker_loops AS w (
     worker_id, loop, kind, host, pid, started_at, state, leader, backend_pid, interval_seconds,
-    last_success_at, last_error, last_error_at, warning, failures, stuck, heartbeat_at)
+    last_success_at, last_error, last_error_at, warning, failures, stuck, heartbeat_at, clock_skew_seconds)
   SELECT p_worker, l.loop, p_kind, p_host, p_pid, p_started_at, l.state, coalesce(l.leader, false),
          l.backend_pid, l.interval_seconds, l.last_success_at, left(l.last_error, 2000), l.last_error_at,
-         left(l.warning, 2000), coalesce(l.failures, 0), coalesce(l.stuck, false), now()
+         left(l.warning, 2000), coalesce(l.failures, 0), coalesce(l.stuck, false), now(),
+         extract(epoch FROM l.clock - clock_timestamp())
   FROM jsonb_to_recordset(p_loops) AS l (
     loop text, state text, leader boolean, backend_pid integer, interval_seconds double precision,
     last_success_at timestamptz, last_error text, last_error_at timestamptz, warning text,
-    failures integer, stuck boolean)
+    failures integer, stuck boolean, clock timestamptz)
   ON CONFLICT (worker_id, loop) DO UPDATE
     SET state = excluded.state, leader = excluded.leader, backend_pid = excluded.backend_pid,
         interval_seconds = excluded.interval_seconds, last_success_at = excluded.last_success_at,
         last_error = excluded.last_error, last_error_at = excluded.last_error_at,
-        warning = excluded.warning, failures = excluded.failures, stuck = excluded.stuck, heartbeat_at = excluded.heartbeat_at
+        warning = excluded.warning, failures = excluded.failures, stuck = excluded.stuck, heartbeat_at = excluded.heartbeat_at,
+        clock_skew_seconds = excluded.clock_skew_seconds
     WHERE w.state <> 'stopped';
   GET DIAGNOSTICS n = ROW_COUNT;
   RETURN n;

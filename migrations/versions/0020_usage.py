@@ -1,4 +1,4 @@
-"""Usage events: model calls, engine turns and runner jobs, what they cost, naming nobody
+"""Usage events: model calls, engine turns and runner jobs, what they cost, naming nobody; replicas' clocks
 
 Revision ID: 0020_usage
 Revises: 0019_patterns
@@ -22,6 +22,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     # (CASCADE: the triggers and functions that write them go too; the older code is then re-applied)
     run_as_owner(op, """
+      ALTER TABLE mycelium.worker_loops DROP COLUMN IF EXISTS clock_skew_seconds;
       DROP TABLE IF EXISTS mycelium.usage_exports CASCADE;
       DROP TABLE IF EXISTS mycelium.usage_events CASCADE;
       DROP FUNCTION IF EXISTS mycelium.usage_attrs_problem(jsonb);

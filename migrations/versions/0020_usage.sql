@@ -1,4 +1,5 @@
--- Revision 0020_usage (frozen): usage events, with no names (sql/usage.sql). The CHECK's functions
+-- Revision 0020_usage (frozen): usage events, with no names (sql/usage.sql), and how far each
+-- process's clock is off the database's (worker_loops.clock_skew_seconds, sql/workers.sql). The CHECK's functions
 -- are defined here as they stood, for a database migrated from scratch that has no code yet.
 CREATE OR REPLACE FUNCTION mycelium.usage_prohibited_fields() RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -49,3 +50,5 @@ CREATE TABLE mycelium.usage_exports (
   last_id bigint NOT NULL DEFAULT 0,
   exported_at timestamptz NOT NULL DEFAULT now()
 );
+
+ALTER TABLE mycelium.worker_loops ADD COLUMN clock_skew_seconds double precision;

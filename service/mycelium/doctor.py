@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mycelium.settings import Settings
 
@@ -139,7 +140,10 @@ async def _database(dsn: str) -> tuple[list[Check], float | None]:
         else:
             checks.append(fail("pgvector", "the vector extension is not available on this server "
                                            "(install pgvector: apt-get install postgresql-NN-pgvector)"))
+        checks.append(replica_clocks(await verbs_on(conn).call(NOBODY, "replica_clocks")))
         return checks, skew
+    except asyncpg.UndefinedTableError:  # a database not migrated yet: no replicas to compare
+        return [*checks, ok("replica clocks", "not compared (the database is not migrated yet)")], skew
     finally:
         await conn.close()
 
@@ -169,6 +173,22 @@ def clock(skew: float | None) -> Check:
     if abs(skew) >= SKEW_WARN:
         return warn("clock", f"{words} (keep replicas within a second: run NTP)")
     return ok("clock", words)
+
+
+def replica_clocks(rows: list[Any]) -> Check:
+    """The live processes' clocks (hubs and workers, as their heartbeats measured them) against the
+    database's: leases, presence and floors are judged by the database's clock, but a process that is
+    off reads deadlines wrong and its log times mislead."""
+    if not rows:
+        return ok("replica clocks", "no live hub or worker to compare (none is beating)")
+    worst = max(abs(float(r["skew"])) for r in rows)
+    each = ", ".join(f"{r['kind']} {r['host']}:{r['pid']} {float(r['skew']):+.3f} s" for r in rows)
+    words = f"{len(rows)} live process{'es' if len(rows) != 1 else ''} against the database: {each}"
+    if worst >= SKEW_FAIL:
+        return fail("replica clocks", f"{words}: fix their time (NTP)")
+    if worst >= SKEW_WARN:
+        return warn("replica clocks", f"{words} (keep them within a second: run NTP)")
+    return ok("replica clocks", words)
 
 
 def port(settings: Settings) -> Check:

@@ -3,6 +3,7 @@ part, `logs`, `down`; and `doctor`, one line per check, failing in words."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -36,6 +37,9 @@ def test_up_detached_then_status_logs_and_down(tmp_path, db_dsn):
         assert all(ln.split()[1] == "ok" for ln in lines), st.stdout
         assert "external PostgreSQL" in lines[1] and "1 alive of 1: hub" in lines[2] and "sweeper running" in lines[3]
         assert lines[4].split(None, 2)[2] == "off"
+        doctor = mycelium("doctor", "--database-url", db_dsn, "--port", str(free_port()), env=env)
+        clocks = next(ln for ln in doctor.stdout.splitlines() if "replica clocks" in ln)
+        assert clocks.startswith("ok") and "1 live process against the database: hub " in clocks, doctor.stdout
         log = mycelium("logs", "-n", "200", env=env)
         assert log.returncode == 0 and "Uvicorn running on" in log.stdout
     finally:
@@ -66,6 +70,13 @@ def test_doctor_checks_a_good_set_up_and_names_each_problem(tmp_path, db_dsn):
     by = {ln.split()[1]: ln for ln in good.stdout.splitlines() if ln.strip()}
     assert by["pgvector"].startswith("ok") and by["clock"].startswith("ok") and by["model"].startswith("warn")
     assert good.stdout.rstrip().splitlines()[-1].startswith("all checks passed")
+    assert by["replica"].startswith("ok") and "no live hub or worker" in by["replica"]
+    # a replica whose clock runs 45 s ahead of the database's (its heartbeat, as beat_worker takes it)
+    asyncio.run(beat_from_the_future(db_dsn, 45))
+    skewed = mycelium("doctor", "--database-url", db_dsn, "--port", str(free_port()), env=env)
+    line = next(ln for ln in skewed.stdout.splitlines() if "replica clocks" in ln)
+    assert skewed.returncode == 1 and line.startswith("FAIL") and "worker far:4242 +" in line, skewed.stdout
+    assert float(line.split("worker far:4242 +", 1)[1].split()[0]) == pytest.approx(45, abs=0.5)
     # a database that does not answer, a port someone else holds, a model script that is no script
     bad_script = tmp_path / "model.yaml"
     bad_script.write_text("just words\n")
@@ -82,6 +93,19 @@ def test_doctor_checks_a_good_set_up_and_names_each_problem(tmp_path, db_dsn):
     assert lines["model"].startswith("FAIL") and "MYCELIUM_MODEL_SCRIPT" in lines["model"]
     assert bad.stdout.rstrip().splitlines()[-1] == "3 check(s) failed: database, port, model"
     assert "Traceback" not in bad.stdout + bad.stderr
+
+
+async def beat_from_the_future(dsn: str, seconds: float) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            "SELECT mycelium.beat_worker(gen_random_uuid(), 'worker', 'far', 4242, now(), jsonb_build_array("
+            "jsonb_build_object('loop', 'sweeper', 'state', 'running', 'interval_seconds', 5, "
+            "'clock', now() + make_interval(secs => $1))))", seconds)
+    finally:
+        await conn.close()
 
 
 @pytest.fixture

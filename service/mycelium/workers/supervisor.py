@@ -167,7 +167,7 @@ class Supervisor:
     async def beat(self) -> None:
         await verbs_of(self.hub).call(HUB_PROCESS, "beat_worker", worker_id=self.worker_id, kind=self.kind,
                                       host=self.host, pid=self.pid, started_at=self.started_at,
-                                      loops=self.report())
+                                      loops=[{**r, "clock": now().isoformat()} for r in self.report()])
         self.heartbeat_at = now()
 
     async def _beat_forever(self) -> None:
