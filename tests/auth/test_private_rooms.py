@@ -161,3 +161,21 @@ async def test_await_acts_as_the_principal(gated, provider):
     assert r.status_code == 200 and r.json()["prompt"] == "hello @bob", r.text
     r = await gated.get("/api/rooms/vault/messages/stream", headers=carol)
     assert r.status_code == 404
+
+
+async def test_an_agent_follows_its_own_events_only(gated, provider):
+    await _fill(gated, provider)
+    bob, carol = bearer(provider.token("bob")), bearer(provider.token("carol"))
+    olga = bearer(provider.token("olga", role="operator"))
+    r = await gated.get("/api/events", params={"handle": "bob"}, headers=carol)
+    assert r.status_code == 403 and r.json()["error"] == "not_your_events", r.text
+    r = await gated.post("/api/rooms/lobby/subscriptions", json={"handle": "bob", "prefix": ""}, headers=carol)
+    assert r.status_code == 403 and r.json()["error"] == "not_your_events"
+    r = await gated.post("/api/rooms/vault/subscriptions", json={"handle": "carol", "prefix": ""}, headers=carol)
+    assert r.status_code == 404 and r.json()["error"] == "room_not_found"  # a private room she is not in
+    r = await gated.post("/api/rooms/lobby/subscriptions", json={"handle": "bob", "prefix": "plans/"}, headers=olga)
+    assert r.status_code == 201, r.text  # an operator acts for anyone
+    r = await gated.post("/api/rooms/vault/subscriptions", json={"handle": "bob", "prefix": "plans/"}, headers=bob)
+    assert r.status_code == 201, r.text
+    listed = (await gated.get("/api/rooms/vault/subscriptions", headers=carol))
+    assert listed.status_code == 404  # nor does she see who follows what there

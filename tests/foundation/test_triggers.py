@@ -40,11 +40,12 @@ TRIGGERS = """
 # The order that matters, as the SQL files describe it: on an INSERT into messages the token gate,
 # then the thread gate (floor and roster: it must see the episode as the writer gave it, and refuse
 # before a position is taken), the engines' reserved handles, then the position and the episode;
-# after the row, its audit, its ping and wake hints, its follow-up, its summons.
+# after the row, its audit, its ping and wake hints, its follow-up, its summons, the runners' wakes
+# and its handles' events.
 MESSAGES_INSERT = [
     "t50_guard_room_write", "t55_messages_admit", "t60_messages_admit_engine", "t65_messages_before_insert",
     "t70_audit_forced_release", "t75_messages_after_insert", "t80_messages_follow_up",
-    "t85_messages_summon_engines", "t86_messages_wake_runners",
+    "t85_messages_summon_engines", "t86_messages_wake_runners", "t87_messages_handle_events",
 ]
 MEMORIES_UPDATE = [
     "t10_board_rows_no_lease_fields", "t50_guard_room_write", "t60_memories_before_update",

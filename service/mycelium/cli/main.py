@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("mycelium.cli.db", "database: migrate, open psql"),
     "config": ("mycelium.cli.config", "hub and room settings (show, set, unset)"),
     "room": ("mycelium.cli.room", "rooms: create, ls, show, rm, send, messages, search, watch"),
-    "memory": ("mycelium.cli.memory", "memories: set, get, ls, search, rm, history, links"),
+    "memory": ("mycelium.cli.memory", "memories: set, get, ls, search, rm, history, links, subscribe"),
     "mirror": ("mycelium.cli.mirror", "markdown mirror: export, import"),
     "board": ("mycelium.cli.board", "the board: tasks, leases, dependencies"),
     "await": ("mycelium.cli.participate", "wait for the next message addressed to a handle"),
@@ -48,6 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "runner": ("mycelium.cli.runner", "start agents when they are woken: add, ls, rm, test, jobs, approve"),
     "file": ("mycelium.cli.file", "a room's files: put, get (--range), ls, rm"),
     "pattern": ("mycelium.cli.pattern", "scenario packs: ls, show, load (a room, paused), run"),
+    "events": ("mycelium.cli.events", "a handle's events in all its rooms: its turns, memories it follows"),
     "swarm": ("mycelium.cli.swarm", 'a team works a goal: swarm "<goal>" --team @lead @b @c (--wait, --ls)'),
 }
 

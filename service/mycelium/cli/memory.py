@@ -86,6 +86,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_json(lk)
     lk.set_defaults(func=_links)
 
+    sb = msub.add_parser("subscribe", help="follow the memories under a prefix (mycelium events shows them)")
+    sb.add_argument("prefix", nargs="?", default="", help="a key prefix (default: every memory of the room)")
+    us = msub.add_parser("unsubscribe", help="stop following a prefix")
+    us.add_argument("prefix", nargs="?", default="")
+    subs = msub.add_parser("subscriptions", help="who follows which prefixes in the room (--as: yours)")
+    for q, func in ((sb, _subscribe), (us, _unsubscribe), (subs, _subscriptions)):
+        add_room(q)
+        add_author(q)
+        add_json(q)
+        q.set_defaults(func=func)
+
 
 def _set(args: argparse.Namespace) -> int:
     if args.file:
@@ -229,4 +240,35 @@ def _links(args: argparse.Namespace) -> int:
         for link in broken:
             print(f"broken: {link['raw']} ({link['error']})", file=sys.stderr)
         return 1
+    return 0
+
+
+def _subscribe(args: argparse.Namespace) -> int:
+    made = call("POST", f"/api/rooms/{path_part(room_of(args))}/subscriptions",
+                json_body={"handle": handle_of(args), "prefix": args.prefix})
+    if args.json:
+        print_json(made)
+    else:
+        print(f"@{made['handle']} follows {made['prefix'] or 'every memory'} in {made['room']} "
+              f"(mycelium events --as {made['handle']})")
+    return 0
+
+
+def _unsubscribe(args: argparse.Namespace) -> int:
+    gone = call("DELETE", f"/api/rooms/{path_part(room_of(args))}/subscriptions",
+                params={"handle": handle_of(args), "prefix": args.prefix})
+    if args.json:
+        print_json(gone)
+    else:
+        print(f"@{gone['handle']} no longer follows {gone['prefix'] or 'every memory'} in {gone['room']}")
+    return 0
+
+
+def _subscriptions(args: argparse.Namespace) -> int:
+    rows = call("GET", f"/api/rooms/{path_part(room_of(args))}/subscriptions",
+                params={"handle": args.handle} if args.handle else None)
+    if args.json:
+        print_json(rows)
+    else:
+        print("\n".join(f"@{r['handle']}\t{r['prefix'] or '(every memory)'}" for r in rows) or "(none)")
     return 0

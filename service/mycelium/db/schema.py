@@ -50,6 +50,7 @@ SQL_FILES = (
     "files.sql",
     "patterns.sql",
     "usage.sql",
+    "events.sql",
     "audit.sql",
     "privacy.sql",
     "catalogue.sql",

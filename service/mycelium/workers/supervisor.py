@@ -47,6 +47,8 @@ HEARTBEAT_SECONDS = 2.0
 ALIVE_SECONDS = 5 * HEARTBEAT_SECONDS
 #: Rows of processes that stopped beating this long ago are forgotten (checked about once a minute).
 FORGET_SECONDS = 600.0
+#: How long a handle's events are kept (GET /api/events resumes within this).
+EVENTS_KEPT_SECONDS = 7 * 24 * 3600
 #: how long a stop waits for a cancelled loop before cancelling it again
 CANCEL_AGAIN_SECONDS = 2.0
 
@@ -178,6 +180,9 @@ class Supervisor:
                 await self.beat()
                 if beats % max(1, round(60 / HEARTBEAT_SECONDS)) == 0:
                     await verbs_of(self.hub).call(HUB_PROCESS, "forget_stale_workers", seconds=FORGET_SECONDS)
+                    # (a handle's events older than a week: GET /api/events resumes within that)
+                    await verbs_of(self.hub).call(HUB_PROCESS, "prune_handle_events",
+                                                  seconds=EVENTS_KEPT_SECONDS)
                 self.heartbeat_error = None
             except Exception as exc:
                 self.heartbeat_error = f"{type(exc).__name__}: {exc}"
