@@ -14,7 +14,8 @@ import http.client
 import json
 import os
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 from urllib.parse import SplitResult, unquote, urlencode, urlsplit
 
@@ -114,6 +115,27 @@ def stream_lines(path: str, params: dict[str, Any] | None = None, *, connect_tim
             yield raw.decode("utf-8", "replace").rstrip("\r\n")
     finally:
         conn.close()
+
+
+def follow_stream(path: str, params: Callable[[], dict[str, Any]], on_data: Callable[[Any], None]) -> int:
+    """Follow a server-sent event stream until Ctrl-C: ``on_data`` gets each event's data (JSON);
+    when the stream drops (a hub restart, a network blip) it is opened again with ``params()`` (where
+    the caller left off), and 30 failures in a row end the command in one line."""
+    failures = 0
+    try:
+        while True:
+            try:
+                for raw in stream_lines(path, params()):  # a quiet stream sends keepalives only
+                    failures = 0
+                    if raw.startswith("data: "):
+                        on_data(json.loads(raw[6:]))
+            except (OSError, http.client.HTTPException) as exc:
+                failures += 1
+                if failures >= 30:
+                    unreachable(exc)
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        return 0
 
 
 def refused(response: Response) -> NoReturn:

@@ -7,12 +7,10 @@ sends it."""
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
-import time
 from typing import Any
 
-from mycelium.cli.client import stream_lines, unreachable
+from mycelium.cli.client import follow_stream
 from mycelium.cli.common import add_author, add_json, handle_of
 from mycelium.cli.room_messages import line as message_line
 
@@ -35,25 +33,10 @@ def line(e: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     handle = handle_of(args)
-    after = args.after
-    failures = 0
-    try:
-        while True:
-            params: dict[str, Any] = {"handle": handle}
-            if after is not None:
-                params["after"] = after
-            try:
-                for raw in stream_lines("/api/events", params):
-                    failures = 0
-                    if not raw.startswith("data: "):
-                        continue
-                    e = json.loads(raw[6:])
-                    after = e["id"]
-                    print(json.dumps(e) if args.json else line(e), flush=True)
-            except (OSError, http.client.HTTPException) as exc:
-                failures += 1
-                if failures >= 30:
-                    unreachable(exc)
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        return 0
+    after: list[int | None] = [args.after]
+
+    def show(e: dict[str, Any]) -> None:
+        after[0] = e["id"]
+        print(json.dumps(e) if args.json else line(e), flush=True)
+
+    return follow_stream("/api/events", lambda: {"handle": handle, "after": after[0]}, show)

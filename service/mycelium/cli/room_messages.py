@@ -5,13 +5,11 @@ implementation)."""
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import sys
-import time
 from typing import Any
 
-from mycelium.cli.client import call, print_json, stream_lines, unreachable
+from mycelium.cli.client import call, follow_stream, print_json
 from mycelium.cli.common import add_author, add_json, add_room, handle_of, path_part, room_of
 from mycelium.cli.participate import thread_of
 
@@ -146,26 +144,13 @@ def _watch(args: argparse.Namespace) -> int:
     room = room_of(args)
     if args.slim:
         return _watch_slim(args, room)
-    after = args.after
-    failures = 0
-    try:
-        while True:
-            try:
-                # a quiet room sends only keepalives: no read timeout
-                for raw in stream_lines(f"{_base(room)}/messages/stream", {"after": after}):
-                    failures = 0
-                    if not raw.startswith("data: "):
-                        continue
-                    m = json.loads(raw[6:])
-                    after = m["position"]
-                    print(json.dumps(m) if args.json else line(m), flush=True)
-            except (OSError, http.client.HTTPException) as exc:
-                failures += 1
-                if failures >= 30:
-                    unreachable(exc)
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        return 0
+    after = [args.after]
+
+    def show(m: dict[str, Any]) -> None:
+        after[0] = m["position"]
+        print(json.dumps(m) if args.json else line(m), flush=True)
+
+    return follow_stream(f"{_base(room)}/messages/stream", lambda: {"after": after[0]}, show)
 
 
 def _watch_slim(args: argparse.Namespace, room: str) -> int:
