@@ -28,6 +28,7 @@ async def test_the_runners_page_lists_the_runner_and_its_jobs_and_filters_by_sta
     r = await client.get("/room/lab/runners")
     assert r.status_code == 200 and "text/html" in r.headers["content-type"]
     assert 'data-runner="bob"' in r.text and "@bob" in r.text
+    assert "<title>Runners · lab · Mycelium</title>" in r.text and r.text.count('id="swarms-title"') == 1
     assert "agent &#39;{room}&#39; &#39;a b&#39;" in r.text  # shlex.join, escaped
     assert "600 s timeout" in r.text
     assert f'href="/room/lab/jobs/{woken}"' in r.text and f'data-job="{woken}"' in r.text
