@@ -82,7 +82,8 @@ BEGIN
   SELECT * INTO r FROM mycelium.room_patterns WHERE room = p_room FOR UPDATE;
   IF r.started_at IS NOT NULL THEN
     PERFORM mycelium.refuse(409, 'pattern_started',
-      format('room %L''s pattern %L was started by @%s at %s', p_room, r.pattern, r.started_by, r.started_at),
+      format('pattern %L in room %L was started already, by @%s at %s', r.pattern, p_room, r.started_by,
+             to_char(r.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS"Z"')),
       jsonb_build_object('room', p_room, 'started_by', r.started_by, 'started_at', r.started_at));
   END IF;
   FOR s IN SELECT * FROM jsonb_array_elements(r.summons) LOOP
