@@ -396,9 +396,10 @@ def report(args: argparse.Namespace, rows: dict[str, list[dict[str, Any]]], load
     wall_ms = 1000 / rate("upload")
     turns = "" if external or server_ms < 0.75 * wall_ms else f"""
 The upload's server CPU ({server_ms:.1f} ms per MiB: hub {m["upload"]["cpu"][0]:.1f}, PostgreSQL
-{m["upload"]["cpu"][1]:.1f}) is {server_ms / wall_ms:.0%} of its wall time per MiB ({wall_ms:.1f} ms), on {os.cpu_count()} cores: the hub
-reading the body and PostgreSQL writing it take turns rather than overlap (the handler awaits each
-1 MiB `lo_put` before it reads on)."""
+{m["upload"]["cpu"][1]:.1f}) is {server_ms / wall_ms:.0%} of its wall time per MiB ({wall_ms:.1f} ms), on {os.cpu_count()} cores
+(the handler reads the next 1 MiB block while the last one's `lo_put` runs): it is bound by CPU,
+most of it PostgreSQL's writing of the large object (its WAL, and pglz trying to compress each
+2 KiB row of bytes that do not compress)."""
     text = f"""## Files: uploads and ranged downloads (`bench/uploads.py`) — {stamp()}
 
 `python bench/uploads.py --mib {args.mib} --ranges {n} --copies {args.copies} --runs {args.runs}` ({machine()}).
