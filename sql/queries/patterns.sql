@@ -18,3 +18,8 @@ SELECT * FROM mycelium.require_room_pattern(:room)
 -- name: pattern_rooms
 -- the rooms loaded from pattern :pattern, newest first
 SELECT * FROM mycelium.room_patterns WHERE pattern = :pattern ORDER BY loaded_at DESC
+
+-- name: room_pattern_of
+-- returns: row
+-- the room's pattern, or nothing (the room page's banner)
+SELECT * FROM mycelium.room_patterns WHERE room = :room

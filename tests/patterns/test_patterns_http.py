@@ -193,3 +193,23 @@ async def test_two_racing_starts_post_the_run_once(api, db_dsn, admin_conn):
     assert got == ["MY409", "started"]
     assert await admin_conn.fetchval("SELECT count(*) FROM mycelium.messages WHERE room = 'race' "
                                      "AND content LIKE '@synthesizer%'") == 1
+
+
+async def test_from_the_web_app_a_person_loads_a_pattern_and_starts_it(api, admin_conn, pack):
+    pattern(pack, "broken", "title: T\nflavour: sweet\n")
+    page = await api.get("/patterns")
+    assert page.status_code == 200 and 'data-pattern="review-team"' in page.text
+    assert "flavour: Extra inputs are not permitted" in page.text  # a broken one says why
+    r = await api.post("/patterns/review-team/load", data={"room": "web", "handle": "ana"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/room/web", r.text
+    room = (await api.get("/room/web")).text
+    assert 'data-pattern="review-team"' in room and "<strong>paused</strong>" in room
+    r = await api.post("/room/web/pattern/run", data={"handle": "ana"}, follow_redirects=False)
+    assert r.status_code == 303
+    room = (await api.get("/room/web")).text
+    assert "started by @ana" in room and "<strong>paused</strong>" not in room
+    again = await api.post("/room/web/pattern/run", data={"handle": "ana"})
+    assert again.status_code == 409 and "was started already" in again.text  # a page, with the reason
+    taken = await api.post("/patterns/standing-context/load", data={"room": "web", "handle": "ana"})
+    assert taken.status_code == 409 and "pattern &#39;standing-context&#39;, room:" in taken.text
+    assert "No files." in room and (await api.get("/room/nowhere")).status_code == 404

@@ -15,12 +15,13 @@ from litestar.datastructures import CacheControlHeader
 from litestar.static_files import create_static_files_router
 
 from mycelium.api.deps import VERBS
-from mycelium.web import actions, episodes, errors, jobs, ledger, login, metrics, pages
+from mycelium.web import actions, episodes, errors, jobs, ledger, login, metrics, pages, patterns
 from mycelium.web.render import STATIC, template_config
 
 ROUTES: list[Any] = [
     Router(path="/", route_handlers=[*pages.ROUTES, *episodes.ROUTES, *ledger.ROUTES, *actions.ROUTES,
-                                     *login.ROUTES, *jobs.ROUTES, *metrics.ROUTES],
+                                     *login.ROUTES, *jobs.ROUTES, *metrics.ROUTES,
+                                     *patterns.ROUTES],
            dependencies=VERBS, exception_handlers=errors.HANDLERS, include_in_schema=False),
     create_static_files_router(path="/static", directories=[STATIC],
                                cache_control=CacheControlHeader(max_age=300)),

@@ -85,9 +85,10 @@ async def members(verbs: Verbs, name: str) -> tuple[list[Any], list[views.Floor]
 async def room_page(verbs: Verbs, name: str, rows: int = COLUMN_ROWS) -> dict[str, Any]:
     """Everything the room page shows (``rows`` per board column). The reads go at once, each on a
     connection of its own: the board's is most of the time, and the rest is read and shaped meanwhile."""
-    now, the_room, the_board, said, (present, floors), files = await asyncio.gather(
+    now, the_room, the_board, said, (present, floors), files, pattern = await asyncio.gather(
         verbs.call(NOBODY, "room_clock", room=name), room(verbs, name), board(verbs, name, rows),
-        recent(verbs, name), members(verbs, name), verbs.call(NOBODY, "list_files", room=name))
+        recent(verbs, name), members(verbs, name), verbs.call(NOBODY, "list_files", room=name),
+        verbs.call(NOBODY, "room_pattern_of", room=name))
     head, messages = said.head, said.messages
     lines = views.timeline(name, messages, said.titles)
     floor_of = {f.thread: f for f in floors}
@@ -99,7 +100,7 @@ async def room_page(verbs: Verbs, name: str, rows: int = COLUMN_ROWS) -> dict[st
             "column_names": views.COLUMNS, "lines": lines,
             "head": head, "present": present, "here": here, "floors": floors, "floor_of": floor_of,
             "handles": known, "seconds_left": views.seconds_left, "rows": rows,
-            "files": [file_read(f) for f in files]}
+            "files": [file_read(f) for f in files], "pattern": dict(pattern) if pattern else None}
 
 
 async def room_talk(verbs: Verbs, name: str) -> dict[str, Any]:
