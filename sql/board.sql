@@ -7,6 +7,9 @@
 -- Rules the database keeps here, whoever writes (a hub replica, an engine, a person in psql):
 --   * filing a board row raises one `filed` notice in the same transaction (trigger on insert);
 --   * setting / clearing `blocked_by` raises `blocked` / `unblocked`;
+--   * a row settled through its status (dismissed, promoted, a `status` written) raises `resolved`
+--     with that status, as a lease's resolve raises it (assignments.sql), so what follows a row's
+--     settling (a parent's completion: worker_engine.sql) does not depend on how it settled;
 --   * a row becoming settled raises exactly one `unblocked` for each work/ row that now waits on
 --     nothing (statement triggers over transition tables, so a multi-row UPDATE counts once);
 --   * a `depends-on` edge that would close a cycle between board rows is refused (422);
@@ -292,6 +295,21 @@ BEGIN
     END IF;
   END LOOP;
 
+  -- settled through its status (dismissed, promoted, a status field written): `resolved`, as a lease's
+  -- resolve says it (its status and who set it), then what waited on it may move
+  FOR r IN
+    SELECT n.room, n.key, n.value, n.meta, n.episode, n.updated_by
+    FROM new_rows n
+    JOIN old_rows o ON o.room = n.room AND o.key = n.key
+    LEFT JOIN mycelium.assignments a ON a.room = n.room AND a.key = n.key
+    WHERE mycelium.is_board_key(n.key)
+      AND mycelium.row_settled(n.meta, a.state) AND NOT mycelium.row_settled(o.meta, a.state)
+    ORDER BY n.room, n.key
+  LOOP
+    PERFORM mycelium.row_notice(r.room, 'resolved', r.key, r.value, r.meta, r.episode,
+      jsonb_build_object('by', r.updated_by, 'status', r.meta ->> 'status',
+                         'note', format('%s by @%s', r.meta ->> 'status', r.updated_by)));
+  END LOOP;
   FOR g IN
     SELECT n.room, array_agg(n.key ORDER BY n.key) AS keys, min(n.updated_by) AS actor
     FROM new_rows n

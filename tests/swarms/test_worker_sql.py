@@ -88,6 +88,25 @@ async def test_the_last_parts_resolved_at_once_complete_their_parent_exactly_onc
         assert len(await summons(room, "completed")) == 1
 
 
+async def test_parts_settled_through_their_status_complete_their_parent_once(room):
+    parent = await task(room, "Ship it", assignee="ann")
+    parts = [await task(room, f"Part {i}", parent=parent) for i in range(3)]
+    await room.execute("SELECT 1 FROM mycelium.dismiss_row('atlas', $1, 'julia')", parts[0])
+    await room.execute("SELECT 1 FROM mycelium.promote_row('atlas', $1, 'julia', NULL)", parts[1])
+    assert await summons(room, "completed") == []
+    await room.execute("SELECT 1 FROM mycelium.write_fields('atlas', $1, 'bob', '{\"status\": \"resolved\"}')", parts[2])
+    (done,) = await summons(room, "completed")
+    assert (done["engine"], done["row_key"], done["sender"]) == ("ann", parent, "bob")
+    said = [(n["key"], n["status"], n["by"]) for n in map(dict, await room.fetch(
+        "SELECT payload ->> 'key' AS key, payload ->> 'status' AS status, payload ->> 'by' AS by"
+        " FROM mycelium.messages WHERE room = 'atlas' AND payload ->> 'subkind' = 'resolved' ORDER BY position"))]
+    assert said == [(parts[0], "dismissed", "julia"), (parts[1], "resolved", "julia"), (parts[2], "resolved", "bob")]
+    # settled again (a lease's resolve on a dismissed row), or its status written twice: no second summon
+    await resolve(room, parts[0])
+    await room.execute("SELECT 1 FROM mycelium.write_fields('atlas', $1, 'bob', '{\"status\": \"dismissed\"}')", parts[2])
+    assert len(await summons(room, "completed")) == 1
+
+
 async def test_a_parent_with_no_worker_to_combine_it_is_left_to_a_person(room):
     parent = await task(room, "Ship it", assignee="carol")
     part = await task(room, "The part", parent=parent)
