@@ -1,4 +1,4 @@
-"""Files: a room's uploads as large objects, with their size, SHA-256 and content type
+"""Files: a room's uploads, their bytes in blocks, with their size, SHA-256 and content type
 
 Revision ID: 0018_files
 Revises: 0017_worker_engine
@@ -21,8 +21,9 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     run_as_owner(op, """
-      SELECT lo_unlink(data) FROM mycelium.files;
+      DROP TABLE IF EXISTS mycelium.file_blocks CASCADE;
       DROP TABLE IF EXISTS mycelium.files CASCADE;
+      DROP SEQUENCE IF EXISTS mycelium.file_uploads;
       DROP FUNCTION IF EXISTS mycelium.file_name_problem(text);
       DELETE FROM mycelium.config WHERE name LIKE 'files.%';
       DELETE FROM mycelium.setting_kinds WHERE name LIKE 'files.%';

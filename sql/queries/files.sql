@@ -1,17 +1,17 @@
--- Files (sql/files.sql): an upload is check_file, then in one transaction new_file_object,
--- write_file_chunk as the body arrives, add_file; a read is get_file, then read_file_chunk.
+-- Files (sql/files.sql): an upload is check_file, then in one transaction new_file_upload,
+-- append_file_bytes as the body arrives, add_file; a read is get_file, then read_file_chunk.
 
 -- name: check_file
 -- returns: value
 SELECT mycelium.check_file(:room, :name, :length, :replace)
 
--- name: new_file_object
+-- name: new_file_upload
 -- returns: value
-SELECT mycelium.new_file_object()
+SELECT mycelium.new_file_upload()
 
--- name: write_file_chunk
--- returns: none
-SELECT mycelium.write_file_chunk(:data, :offset, :chunk)
+-- name: append_file_bytes
+-- returns: value
+SELECT mycelium.append_file_bytes(:room, :data, :chunk)
 
 -- name: add_file
 -- returns: row

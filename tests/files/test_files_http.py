@@ -1,12 +1,13 @@
 """Files over HTTP and plain SQL: uploads of 0 B, 1 B and a few MiB stored whole with their SHA-256
 and sniffed type, ranges read as asked, path tricks and over-limit bodies refused with nothing
-stored, and a file's large object gone with its row."""
+stored, a file's blocks gone with its row, and the blocks' own rules held against plain SQL."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 
+import asyncpg
 import pytest
 
 
@@ -23,7 +24,7 @@ async def put(client, name: str, body: bytes, **params):
 
 
 async def objects(admin_conn) -> int:
-    return await admin_conn.fetchval("SELECT count(*) FROM pg_largeobject_metadata")
+    return await admin_conn.fetchval("SELECT count(*) FROM mycelium.file_blocks")
 
 
 @pytest.mark.parametrize("body", [b"", b"x", os.urandom(3 * (1 << 20) + 17)], ids=["0B", "1B", "3MiB"])
@@ -88,7 +89,7 @@ async def test_a_taken_name_is_a_409_unless_replaced_and_a_removed_file_takes_it
     assert again.status_code == 409 and again.json()["error"] == "file_exists"
     replaced = await put(lab, "a.txt", b"\x89PNG\r\n\x1a\n....", replace="true")
     assert replaced.status_code == 201 and replaced.json()["content_type"] == "image/png"
-    assert await objects(admin_conn) == before + 1  # the first object went with the row it was replaced in
+    assert await objects(admin_conn) == before + 1  # the first file's block went with the row it was replaced in
     gone = await lab.delete("/api/rooms/lab/files/a.txt")
     assert gone.status_code == 200 and gone.json()["name"] == "a.txt"
     assert await objects(admin_conn) == before
@@ -128,3 +129,49 @@ async def test_the_room_page_lists_its_files_and_a_memory_links_one(lab, admin_c
     # a file link is no memory link: nothing dangles in the links table
     assert await admin_conn.fetchval("SELECT count(*) FROM mycelium.memory_links WHERE room = 'lab'") == 0
     assert (await lab.get("/api/rooms/lab/files/decks/q3.pdf")).content == body
+
+
+async def test_ranges_across_blocks_read_the_right_bytes(lab, admin_conn):
+    mib = 1 << 20
+    body = os.urandom(2 * mib + 5)
+    assert (await put(lab, "span.bin", body)).status_code == 201
+    starts = [r["start"] for r in await admin_conn.fetch(
+        "SELECT b.start, octet_length(b.bytes) AS n FROM mycelium.file_blocks b JOIN mycelium.files f USING (data)"
+        " WHERE f.room = 'lab' AND f.name = 'span.bin' ORDER BY b.start")]
+    assert starts == [0, mib, 2 * mib]
+    for first, last in ((mib - 3, mib + 2), (mib - 1, 2 * mib), (0, 2 * mib + 4), (2 * mib + 4, 2 * mib + 4),
+                        (10, mib - 10)):
+        r = await lab.get("/api/rooms/lab/files/span.bin", headers={"Range": f"bytes={first}-{last}"})
+        assert r.status_code == 206 and r.content == body[first:last + 1], (first, last)
+    # the SQL read alone: past the end it gives what there is, and nothing beyond it
+    got = await admin_conn.fetchval("SELECT mycelium.read_file_chunk('lab', 'span.bin', $1, 100)", 2 * mib)
+    assert got == body[2 * mib:]
+    assert await admin_conn.fetchval("SELECT mycelium.read_file_chunk('lab', 'span.bin', $1, 10)", 3 * mib) == b""
+
+
+async def test_blocks_belong_to_a_file_by_commit_and_are_never_written_again(lab, admin_conn):
+    # a block with no file row by the end of its transaction is refused, and nothing of it stays
+    with pytest.raises(asyncpg.ForeignKeyViolationError):
+        async with admin_conn.transaction():
+            up = await admin_conn.fetchval("SELECT mycelium.new_file_upload()")
+            await admin_conn.execute("SELECT mycelium.append_file_bytes('lab', $1, 'orphan')", up)
+    assert await objects(admin_conn) == 0
+    # a block of more than 1 MiB, or of nothing, is no block
+    for size in (0, (1 << 20) + 1):
+        with pytest.raises(asyncpg.CheckViolationError):
+            await admin_conn.execute("INSERT INTO mycelium.file_blocks (room, data, start, bytes) "
+                                     "VALUES ('lab', 1, 0, $1)", b"x" * size)
+    # one upload in SQL, as the hub does it: its bytes in blocks, then the row; then it is closed
+    async with admin_conn.transaction():
+        up = await admin_conn.fetchval("SELECT mycelium.new_file_upload()")
+        assert await admin_conn.fetchval("SELECT mycelium.append_file_bytes('lab', $1, $2)", up,
+                                         b"a" * ((1 << 20) + 3)) == (1 << 20) + 3
+        assert await admin_conn.fetchval("SELECT mycelium.append_file_bytes('lab', $1, 'bc')", up) == (1 << 20) + 5
+        size = await admin_conn.fetchval(
+            "SELECT size FROM mycelium.add_file('lab', 'sql.bin', $1, repeat('0', 64), NULL, 'psql')", up)
+    assert size == (1 << 20) + 5 and await objects(admin_conn) == 3
+    with pytest.raises(asyncpg.PostgresError) as caught:
+        await admin_conn.execute("SELECT mycelium.append_file_bytes('lab', $1, 'more')", up)
+    assert caught.value.sqlstate == "MY409" and "not written again" in str(caught.value)
+    got = await admin_conn.fetchval("SELECT mycelium.read_file_chunk('lab', 'sql.bin', $1, 10)", (1 << 20) - 2)
+    assert got == b"aaaaabc"

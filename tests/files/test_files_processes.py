@@ -1,6 +1,6 @@
 """Files with real processes: 100 MB through `mycelium file put` and back, byte for byte, a range
 with `file get --range`, a chunked body over the limit refused as it arrives, and a hub killed with
--9 in the middle of an upload leaving no row and no large object."""
+-9 in the middle of an upload leaving no row and no block."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ async def counts(dsn: str) -> tuple[int, int]:
     conn = await asyncpg.connect(dsn)
     try:
         return (await conn.fetchval("SELECT count(*) FROM mycelium.files"),
-                await conn.fetchval("SELECT count(*) FROM pg_largeobject_metadata"))
+                await conn.fetchval("SELECT count(*) FROM mycelium.file_blocks"))
     finally:
         await conn.close()
 
@@ -58,7 +58,7 @@ def test_a_hundred_megabytes_go_up_and_come_back_and_a_range_reads_its_part(hub_
     missing = mycelium("file", "get", "nothing", env=env)
     assert missing.returncode == 1 and "file_not_found" in missing.stderr
     assert mycelium("file", "rm", "data/big.bin", env=env).stdout.startswith("removed data/big.bin (100.0 MiB)")
-    assert asyncio.run(counts(db_dsn)) == (1, 1)  # the empty one
+    assert asyncio.run(counts(db_dsn)) == (1, 0)  # the empty one (0 bytes: no block)
 
 
 def test_a_chunked_body_over_the_limit_is_refused_as_it_arrives(hub_processes, db_dsn):
@@ -102,7 +102,17 @@ def test_a_hub_killed_mid_upload_leaves_no_file_and_no_object(hub_processes, db_
     t = threading.Thread(target=upload)
     t.start()
     assert sent.wait(30)
-    time.sleep(0.3)  # chunks written into the large object, uncommitted
+    time.sleep(0.3)  # blocks written, uncommitted
+
+    async def writing() -> bool:  # the upload's transaction has written (it holds a transaction id)
+        conn = await asyncpg.connect(db_dsn)
+        try:
+            return bool(await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL"
+                " AND query LIKE '%append_file_bytes%'"))
+        finally:
+            await conn.close()
+    assert asyncio.run(writing())
     hub.proc.kill()
     hub.proc.wait(timeout=10)
     t.join(30)

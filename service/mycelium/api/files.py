@@ -1,5 +1,5 @@
 """Files over HTTP: ``POST /api/rooms/{room}/files?name=…&created_by=…[&replace=true]`` (the body is
-the file, streamed into a large object in one transaction: 201 with its size, SHA-256 and sniffed
+the file, streamed into the database in blocks, in one transaction: 201 with its size, SHA-256 and sniffed
 content type), ``GET …/files`` (the room's files), ``GET …/files/{name}`` (the bytes; a ``Range:
 bytes=…`` header reads one range: 206, or 416 when it is outside the file), ``DELETE …/files/{name}``.
 
@@ -88,10 +88,10 @@ class FileController(Controller):
                                    replace=replace))
         digest = hashlib.sha256()
         head = b""
-        written = size = 0
+        size = 0
         buffer = bytearray()
         async with verbs.transaction() as tx:
-            data = await tx.call(NOBODY, "new_file_object")
+            data = await tx.call(NOBODY, "new_file_upload")
             # one block is written while the next is read: the statement runs on the connection as
             # the body arrives (one statement at a time: each write waits for the one before)
             writing: asyncio.Task[Any] | None = None
@@ -108,17 +108,17 @@ class FileController(Controller):
                     if len(buffer) >= CHUNK_BYTES:
                         if writing is not None:
                             await writing
+                        whole = len(buffer) - len(buffer) % CHUNK_BYTES  # (whole blocks; the rest waits)
                         writing = asyncio.ensure_future(tx.call(
-                            NOBODY, "write_file_chunk", data=data, offset=written, chunk=bytes(buffer)))
-                        written += len(buffer)
-                        buffer.clear()
+                            NOBODY, "append_file_bytes", room=room, data=data, chunk=bytes(buffer[:whole])))
+                        del buffer[:whole]
             finally:
                 if writing is not None:  # (the transaction ends only once its statement has)
                     await asyncio.gather(writing, return_exceptions=True)
             if writing is not None:
                 writing.result()
             if buffer:
-                await tx.call(NOBODY, "write_file_chunk", data=data, offset=written, chunk=bytes(buffer))
+                await tx.call(NOBODY, "append_file_bytes", room=room, data=data, chunk=bytes(buffer))
             row = await tx.call(Actor.declared(created_by, "person"), "add_file", room=room, name=name,
                                 data=data, sha256=digest.hexdigest(), content_type=sniff(head), by=None,
                                 replace=replace)

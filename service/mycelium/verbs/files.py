@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-#: how an upload is written to its large object, and a download read from it
+#: how much of an upload is written at once (the database's block), and of a download read
 CHUNK_BYTES = 1 << 20
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
