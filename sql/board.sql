@@ -295,21 +295,9 @@ BEGIN
     END IF;
   END LOOP;
 
-  -- settled through its status (dismissed, promoted, a status field written): `resolved`, as a lease's
-  -- resolve says it (its status and who set it), then what waited on it may move
-  FOR r IN
-    SELECT n.room, n.key, n.value, n.meta, n.episode, n.updated_by
-    FROM new_rows n
-    JOIN old_rows o ON o.room = n.room AND o.key = n.key
-    LEFT JOIN mycelium.assignments a ON a.room = n.room AND a.key = n.key
-    WHERE mycelium.is_board_key(n.key)
-      AND mycelium.row_settled(n.meta, a.state) AND NOT mycelium.row_settled(o.meta, a.state)
-    ORDER BY n.room, n.key
-  LOOP
-    PERFORM mycelium.row_notice(r.room, 'resolved', r.key, r.value, r.meta, r.episode,
-      jsonb_build_object('by', r.updated_by, 'status', r.meta ->> 'status',
-                         'note', format('%s by @%s', r.meta ->> 'status', r.updated_by)));
-  END LOOP;
+  -- the rows this statement settled: those settled through their status (dismissed, promoted, a
+  -- status field written) raise `resolved`, as a lease's resolve says it (their status and who set
+  -- it); then what waited on them may move
   FOR g IN
     SELECT n.room, array_agg(n.key ORDER BY n.key) AS keys, min(n.updated_by) AS actor
     FROM new_rows n
@@ -319,6 +307,12 @@ BEGIN
       AND mycelium.row_settled(n.meta, a.state) AND NOT mycelium.row_settled(o.meta, a.state)
     GROUP BY n.room
   LOOP
+    FOR r IN SELECT n.room, n.key, n.value, n.meta, n.episode, n.updated_by FROM new_rows n
+             WHERE n.room = g.room AND n.key = ANY (g.keys) ORDER BY n.key LOOP
+      PERFORM mycelium.row_notice(r.room, 'resolved', r.key, r.value, r.meta, r.episode,
+        jsonb_build_object('by', r.updated_by, 'status', r.meta ->> 'status',
+                           'note', format('%s by @%s', r.meta ->> 'status', r.updated_by)));
+    END LOOP;
     PERFORM mycelium.raise_unblocked(g.room, g.keys, g.actor);
   END LOOP;
   RETURN NULL;
