@@ -91,6 +91,11 @@ END
 $$;
 COMMENT ON FUNCTION mycelium.check_file IS 'public read';
 
+-- The largest block of a file's bytes (file_blocks.file_block_size holds it in the table).
+CREATE OR REPLACE FUNCTION mycelium.file_block_bytes() RETURNS integer LANGUAGE sql IMMUTABLE AS $$
+  SELECT 1048576
+$$;
+
 -- A new upload's number (what its blocks and then its file row carry).
 CREATE OR REPLACE FUNCTION mycelium.new_file_upload() RETURNS bigint LANGUAGE sql AS $$
   SELECT nextval('mycelium.file_uploads')
@@ -102,7 +107,7 @@ COMMENT ON FUNCTION mycelium.new_file_upload IS 'public write';
 CREATE OR REPLACE FUNCTION mycelium.append_file_bytes(p_room text, p_data bigint, p_chunk bytea)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
-  block constant integer := 1048576;
+  block constant integer := mycelium.file_block_bytes();
   at bigint;
   n integer := octet_length(coalesce(p_chunk, ''::bytea));
   i integer := 0;
@@ -134,7 +139,7 @@ BEGIN
                                 FOR (least(p_offset + p_length, b.start + octet_length(b.bytes))
                                      - greatest(p_offset, b.start))::integer), ''::bytea ORDER BY b.start)
     FROM mycelium.file_blocks b
-    WHERE b.data = f.data AND b.start > p_offset - 1048576 AND b.start < p_offset + greatest(p_length, 0)
+    WHERE b.data = f.data AND b.start > p_offset - mycelium.file_block_bytes() AND b.start < p_offset + greatest(p_length, 0)
       AND b.start + octet_length(b.bytes) > p_offset), ''::bytea);
 END
 $$;
@@ -151,9 +156,6 @@ DECLARE
   len bigint;
   r mycelium.files;
 BEGIN
-  IF EXISTS (SELECT 1 FROM mycelium.file_blocks b WHERE b.data = p_data AND b.room <> p_room) THEN
-    PERFORM mycelium.refuse(409, 'file_exists', format('upload %s was written into another room', p_data));
-  END IF;
   SELECT coalesce(sum(octet_length(b.bytes)), 0) INTO len FROM mycelium.file_blocks b WHERE b.data = p_data;
   IF len > cap THEN
     PERFORM mycelium.refuse(413, 'file_too_large', format('%s bytes is over the limit of %s bytes (files.max_bytes)', len, cap),
